@@ -1,0 +1,33 @@
+# Two commands do everything: `make lab` and `make test`. Both set up .venv on first use.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: lab test test-fast bench fidelity clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# The CPU build of torch first, so the package's torch requirement is already met.
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks/01_quickstart.ipynb
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadfile
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m "not slow and not browser"
+
+bench: $(STAMP)
+	$(PY) -m benchmarks
+
+fidelity: $(STAMP)
+	$(PY) -m benchmarks.fidelity
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""The NeuronCore (and GPU) simulator. Pure Python + numpy: never imports torch or IPython."""

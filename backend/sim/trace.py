@@ -1,0 +1,200 @@
+"""The simulator's output: timed instruction events, per-op rollups and a summary.
+
+Field names of the summary follow the Neuron profiler's JSON schema so numbers line up with
+real profiles. Long runs stay bounded: instruction events beyond ``max_events`` are not kept
+(they are counted in ``events_dropped``); per-op rollups and totals are always complete.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["InstructionEvent", "OpSummary", "Trace", "ENGINE_CLASSES"]
+
+# Engine classes used for per-engine busy time. DMA queues are named "dma<q>" in events and
+# rolled up as "dma". The GPU model uses "tensor_core", "cuda_core", "hbm" and "copy".
+ENGINE_CLASSES = ("tensor", "vector", "scalar", "gpsimd", "dma", "host")
+
+
+def engine_class(engine: str) -> str:
+    """Map an event's engine track name ("dma3", "tensor") to its class ("dma", "tensor")."""
+    return "dma" if engine.startswith("dma") else engine
+
+
+@dataclass(frozen=True, slots=True)
+class InstructionEvent:
+    start_ns: float
+    end_ns: float
+    engine: str        # track: "tensor", "vector", "scalar", "gpsimd", "dma0".."dma15", "host"
+    opcode: str        # "nc_matmul", "activation", "dma_hbm_to_sbuf", ...
+    op_index: int      # index of the OpSummary this instruction belongs to
+    bytes_moved: int = 0
+    flops: int = 0
+
+    @property
+    def duration_ns(self) -> float:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(slots=True)
+class OpSummary:
+    """Rollup of one eager op or one compiled kernel."""
+
+    op_index: int
+    name: str
+    kind: str                       # "op", "kernel", "fallback", "transfer", "view"
+    start_ns: float = 0.0
+    end_ns: float = 0.0
+    busy_ns: dict = field(default_factory=dict)   # engine class -> busy ns
+    hbm_read_bytes: int = 0
+    hbm_write_bytes: int = 0
+    sbuf_read_bytes: int = 0
+    sbuf_write_bytes: int = 0
+    psum_read_bytes: int = 0
+    psum_write_bytes: int = 0
+    flops: int = 0
+    instruction_count: int = 0
+    input_shapes: str = ""
+    output_shapes: str = ""
+    source: str | None = None
+    nodes: tuple = ()               # FX node names for compiled kernels
+
+    @property
+    def time_ns(self) -> float:
+        return self.end_ns - self.start_ns
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.hbm_read_bytes + self.hbm_write_bytes
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per HBM byte (0 when the op moves nothing)."""
+        return self.flops / self.hbm_bytes if self.hbm_bytes else 0.0
+
+    def to_record(self) -> dict:
+        rec = asdict(self)
+        busy = rec.pop("busy_ns")
+        for cls in sorted(set(ENGINE_CLASSES) | set(busy)):
+            rec[f"{cls}_busy_ns"] = float(busy.get(cls, 0.0))
+        rec["time_ns"] = self.time_ns
+        rec["hbm_bytes"] = self.hbm_bytes
+        rec["arithmetic_intensity"] = self.arithmetic_intensity
+        rec["nodes"] = ",".join(self.nodes)
+        return rec
+
+
+@dataclass(slots=True)
+class Trace:
+    """Everything one simulated run produced.
+
+    ``peak_flops_per_s`` and ``hbm_bytes_per_s`` are the target's ceilings, used for MFU/MBU.
+    ``hbm_timeline`` holds ``(time_ns, allocated_bytes)`` samples when the device reported them.
+    """
+
+    target: str
+    device_kind: str = "neuron"          # "neuron" or "cuda"
+    peak_flops_per_s: float = 0.0
+    hbm_bytes_per_s: float = 0.0
+    events: list = field(default_factory=list)
+    ops: list = field(default_factory=list)
+    events_dropped: int = 0
+    max_events: int = 200_000
+    hbm_timeline: list = field(default_factory=list)
+    engines: tuple = ()                  # engine tracks the target has, in display order
+
+    # -- building -------------------------------------------------------------------------
+    def add_event(self, event: InstructionEvent) -> None:
+        if len(self.events) < self.max_events:
+            self.events.append(event)
+        else:
+            self.events_dropped += 1
+
+    # -- reading --------------------------------------------------------------------------
+    @property
+    def total_time_ns(self) -> float:
+        if not self.ops:
+            return 0.0
+        return max(op.end_ns for op in self.ops) - min(op.start_ns for op in self.ops)
+
+    def busy_ns_by_engine_class(self) -> dict:
+        busy: dict = defaultdict(float)
+        for op in self.ops:
+            for cls, ns in op.busy_ns.items():
+                busy[cls] += ns
+        return dict(busy)
+
+    def summary(self) -> dict:
+        """Whole-run metrics named like the Neuron profiler's summary."""
+        total_ns = self.total_time_ns
+        total_s = total_ns * 1e-9
+        flops = sum(op.flops for op in self.ops)
+        hbm_read = sum(op.hbm_read_bytes for op in self.ops)
+        hbm_write = sum(op.hbm_write_bytes for op in self.ops)
+        busy = self.busy_ns_by_engine_class()
+        # DMA busy is summed over queues; report it as the share of queue-time in use.
+        dma_tracks = max(1, sum(1 for e in self.engines if e.startswith("dma")))
+
+        def pct(ns: float, tracks: int = 1) -> float:
+            return 100.0 * ns / (total_ns * tracks) if total_ns else 0.0
+
+        mfu = 100.0 * flops / (self.peak_flops_per_s * total_s) if total_s and self.peak_flops_per_s else 0.0
+        mbu = 100.0 * (hbm_read + hbm_write) / (self.hbm_bytes_per_s * total_s) if total_s and self.hbm_bytes_per_s else 0.0
+        tensor_busy = busy.get("tensor", busy.get("tensor_core", 0.0))
+        out = {
+            "target": self.target,
+            "device_kind": self.device_kind,
+            "total_time": total_s,
+            "total_time_ns": total_ns,
+            "op_count": len(self.ops),
+            "fallback_count": sum(1 for op in self.ops if op.kind == "fallback"),
+            "instruction_count": sum(op.instruction_count for op in self.ops),
+            "total_flops": flops,
+            "mfu_estimated_percent": mfu,
+            # HFU: hardware FLOPs actually issued on TensorE; equals MFU without recompute.
+            "hfu_estimated_percent": mfu,
+            "mbu_estimated_percent": mbu,
+            "hbm_read_bytes": hbm_read,
+            "hbm_write_bytes": hbm_write,
+            "sbuf_read_bytes": sum(op.sbuf_read_bytes for op in self.ops),
+            "sbuf_write_bytes": sum(op.sbuf_write_bytes for op in self.ops),
+            "psum_read_bytes": sum(op.psum_read_bytes for op in self.ops),
+            "psum_write_bytes": sum(op.psum_write_bytes for op in self.ops),
+            "tensor_engine_active_time_percent": pct(tensor_busy),
+            "vector_engine_active_time_percent": pct(busy.get("vector", busy.get("cuda_core", 0.0))),
+            "scalar_engine_active_time_percent": pct(busy.get("scalar", 0.0)),
+            "gpsimd_engine_active_time_percent": pct(busy.get("gpsimd", 0.0)),
+            "dma_active_time_percent": pct(busy.get("dma", busy.get("hbm", 0.0)), dma_tracks if "dma" in busy else 1),
+            "host_fallback_time_ns": busy.get("host", 0.0),
+            "events_dropped": self.events_dropped,
+        }
+        return out
+
+    def to_records(self) -> list[dict]:
+        """Per-op rollups as plain dicts (one row per op/kernel) for pandas and plotly."""
+        return [op.to_record() for op in self.ops]
+
+    def event_records(self) -> list[dict]:
+        return [
+            {"start_ns": e.start_ns, "end_ns": e.end_ns, "duration_ns": e.duration_ns,
+             "engine": e.engine, "opcode": e.opcode, "op_index": e.op_index,
+             "bytes_moved": e.bytes_moved, "flops": e.flops}
+            for e in self.events
+        ]
+
+    def extend(self, other: "Trace", offset_ns: float | None = None) -> None:
+        """Append another trace's ops/events after this one (op indices renumbered)."""
+        shift = self.total_end_ns() if offset_ns is None else offset_ns
+        base = len(self.ops)
+        for op in other.ops:
+            op.op_index += base
+            op.start_ns += shift
+            op.end_ns += shift
+            self.ops.append(op)
+        for e in other.events:
+            self.add_event(InstructionEvent(e.start_ns + shift, e.end_ns + shift, e.engine, e.opcode,
+                                            e.op_index + base, e.bytes_moved, e.flops))
+        self.events_dropped += other.events_dropped
+
+    def total_end_ns(self) -> float:
+        return max((op.end_ns for op in self.ops), default=0.0)
