@@ -1,0 +1,239 @@
+"""Shape-only FLOP and minimum-byte counts per aten op.
+
+Modelled on ``torch/utils/flop_counter.py`` (a multiply-add counts 2 FLOPs, bias adds are
+ignored) but driven by ``OpRecord`` descriptors so that both the NeuronCore lowering and the
+GPU cost model can use it without torch. Non-matmul ops are counted at a few FLOPs per
+element, the way a roofline counts them: one per arithmetic result, a few for transcendentals
+and the multi-pass ops (softmax, norms). Ops nobody registered count 0 FLOPs, like torch's
+counter; their time still comes from the bytes they move.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import prod
+
+from backend.sim.descriptors import OpRecord, TensorDesc
+
+__all__ = [
+    "flop_formula", "op_flops", "is_matmul_like", "op_min_bytes", "base_name",
+    "registered_flop_ops", "storage_bytes", "ELEMENTWISE_FLOPS_PER_ELEMENT",
+]
+
+FlopFormula = Callable[[OpRecord], int]
+_FORMULAS: dict[str, FlopFormula] = {}
+_MATMUL_LIKE: set[str] = set()
+
+
+def base_name(name: str) -> str:
+    """``"aten::add.Tensor"`` -> ``"aten::add"``; names without a namespace get ``aten::``."""
+    if "::" not in name:
+        name = "aten::" + name
+    ns, _, op = name.partition("::")
+    return f"{ns}::{op.split('.', 1)[0]}"
+
+
+def flop_formula(*names: str, matmul: bool = False) -> Callable[[FlopFormula], FlopFormula]:
+    """Register ``fn(record) -> flops`` for op names; a name registered twice is an error."""
+
+    def register(fn: FlopFormula) -> FlopFormula:
+        for name in names:
+            key = base_name(name)
+            if key in _FORMULAS:
+                raise ValueError(f"duplicate FLOP formula for {key}")
+            _FORMULAS[key] = fn
+            if matmul:
+                _MATMUL_LIKE.add(key)
+        return fn
+
+    return register
+
+
+def op_flops(record: OpRecord) -> int:
+    """FLOPs the op performs (0 for views, transfers and unregistered ops)."""
+    if record.is_view or record.transfer:
+        return 0
+    fn = _FORMULAS.get(base_name(record.name))
+    return int(fn(record)) if fn else 0
+
+
+def is_matmul_like(name: str) -> bool:
+    """True for ops whose FLOPs run on a matrix unit (TensorE / tensor cores)."""
+    return base_name(name) in _MATMUL_LIKE
+
+
+def registered_flop_ops() -> frozenset[str]:
+    return frozenset(_FORMULAS)
+
+
+def storage_bytes(desc: TensorDesc) -> int:
+    """Bytes of distinct memory a tensor touches: broadcast (stride 0) dims read once."""
+    if desc.strides is None:
+        return desc.nbytes
+    distinct = prod(s for s, st in zip(desc.shape, desc.strides) if st != 0)
+    return distinct * desc.itemsize
+
+
+def op_min_bytes(record: OpRecord) -> int:
+    """Lower bound on memory traffic: every input read once plus every output written once.
+
+    Views move nothing. An in-place op's output is its first input; it still costs a read and
+    a write, so nothing is deduplicated.
+    """
+    if record.is_view:
+        return 0
+    return sum(storage_bytes(t) for t in record.inputs) + sum(storage_bytes(t) for t in record.outputs)
+
+
+# -- matrix multiplies -------------------------------------------------------------------
+def _contraction(t: TensorDesc) -> int:
+    """K of a left operand: its last dim (a vector's only dim)."""
+    return t.shape[-1] if t.shape else 1
+
+
+def _out_numel(record: OpRecord) -> int:
+    return record.outputs[0].numel if record.outputs else 0
+
+
+@flop_formula("aten::mm", "aten::bmm", "aten::matmul", "aten::mv", "aten::dot", "aten::vdot",
+              "aten::_scaled_mm", "aten::linear", matmul=True)
+def _mm_flops(record: OpRecord) -> int:
+    # linear(input[.., K], weight[N, K]) and mm(a[M, K], b[K, N]) both contract a's last dim.
+    return 2 * _out_numel(record) * _contraction(record.inputs[0])
+
+
+@flop_formula("aten::addmm", "aten::baddbmm", "aten::addmv", matmul=True)
+def _addmm_flops(record: OpRecord) -> int:
+    # inputs: (bias, a, b); the bias add is not counted (as in torch's counter).
+    return 2 * _out_numel(record) * _contraction(record.inputs[1])
+
+
+@flop_formula("aten::addbmm", matmul=True)
+def _addbmm_flops(record: OpRecord) -> int:
+    # addbmm sums a batch of [M, K] @ [K, N] products into one [M, N].
+    a, b = record.inputs[1], record.inputs[2]
+    return 2 * a.numel * b.shape[-1]
+
+
+# -- convolution -------------------------------------------------------------------------
+def conv_flop_count(x_shape, w_shape, out_shape, transposed: bool = False) -> int:
+    """torch's formula: every output point (input point if transposed) meets the filter."""
+    batch = x_shape[0]
+    conv_shape = (x_shape if transposed else out_shape)[2:]
+    c_out, c_in, *filter_size = w_shape
+    return 2 * prod(conv_shape) * prod(filter_size) * batch * c_out * c_in
+
+
+@flop_formula("aten::convolution", "aten::_convolution", "aten::convolution_overrideable",
+              "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_slow_conv2d_forward",
+              matmul=True)
+def _conv_flops(record: OpRecord) -> int:
+    x, w = record.inputs[0], record.inputs[1]
+    return conv_flop_count(x.shape, w.shape, record.outputs[0].shape,
+                           bool(record.attrs.get("transposed", False)))
+
+
+@flop_formula("aten::convolution_backward", "aten::convolution_backward_overrideable", matmul=True)
+def _conv_backward_flops(record: OpRecord) -> int:
+    grad_out, x, w = (t.shape for t in record.inputs[:3])
+    transposed = bool(record.attrs.get("transposed", False))
+    mask = record.attrs.get("output_mask", (True, True, False))
+
+    def t(shape):
+        return (shape[1], shape[0], *shape[2:])
+
+    flops = 0
+    if mask[0]:  # grad_input is a transposed conv of grad_out with the weight
+        flops += conv_flop_count(grad_out, w, x, not transposed)
+    if len(mask) > 1 and mask[1]:  # grad_weight is a conv of input with grad_out
+        src, kernel = (grad_out, x) if transposed else (x, grad_out)
+        flops += conv_flop_count(t(src), t(kernel), t(w), False)
+    return flops
+
+
+# -- attention ---------------------------------------------------------------------------
+def sdpa_flop_count(q: tuple, k: tuple, v: tuple, backward: bool = False) -> int:
+    """Q@K^T and P@V (forward); backward recomputes none and does 4 such products."""
+    *batch, s_q, d_q = q
+    s_k, d_v = k[-2], v[-1]
+    heads = prod(batch)
+    fwd = 2 * heads * s_q * s_k * d_q + 2 * heads * s_q * s_k * d_v
+    return 2 * fwd if backward else fwd
+
+
+@flop_formula("aten::scaled_dot_product_attention",
+              "aten::_scaled_dot_product_flash_attention",
+              "aten::_scaled_dot_product_flash_attention_for_cpu",
+              "aten::_scaled_dot_product_efficient_attention",
+              "aten::_scaled_dot_product_cudnn_attention",
+              "aten::_scaled_dot_product_fused_attention_overrideable", matmul=True)
+def _sdpa_flops(record: OpRecord) -> int:
+    q, k, v = (t.shape for t in record.inputs[:3])
+    return sdpa_flop_count(q, k, v)
+
+
+@flop_formula("aten::_scaled_dot_product_flash_attention_backward",
+              "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+              "aten::_scaled_dot_product_efficient_attention_backward",
+              "aten::_scaled_dot_product_cudnn_attention_backward",
+              "aten::_scaled_dot_product_fused_attention_overrideable_backward", matmul=True)
+def _sdpa_backward_flops(record: OpRecord) -> int:
+    # inputs: (grad_out, query, key, value, ...)
+    q, k, v = (t.shape for t in record.inputs[1:4])
+    return sdpa_flop_count(q, k, v, backward=True)
+
+
+# -- elementwise, reductions, normalisations ---------------------------------------------
+# FLOPs per element of the largest output (or input, for reductions and in-place ops).
+ELEMENTWISE_FLOPS_PER_ELEMENT: dict[str, int] = {
+    # one arithmetic result per element
+    **dict.fromkeys(("add", "add_", "sub", "sub_", "rsub", "mul", "mul_", "div", "div_", "neg",
+                     "abs", "maximum", "minimum", "clamp", "clamp_", "clamp_min", "clamp_max",
+                     "relu", "relu_", "threshold_backward", "where", "masked_fill",
+                     "masked_fill_", "eq", "ne", "lt", "le", "gt", "ge", "sign", "square",
+                     "hardtanh", "leaky_relu", "fill_", "zero_", "floor", "ceil", "round",
+                     "logical_not", "logical_and", "logical_or", "bitwise_and", "bitwise_or",
+                     "reciprocal", "remainder", "fmod"), 1),
+    # fused multiply-adds and interpolation
+    **dict.fromkeys(("addcmul", "addcmul_", "addcdiv", "addcdiv_", "lerp", "lerp_",
+                     "sigmoid_backward", "tanh_backward", "hardtanh_backward", "pow",
+                     "pow_", "sqrt", "rsqrt", "sqrt_", "rsqrt_", "mse_loss"), 2),
+    # transcendentals: a short polynomial on the vector/activation unit
+    **dict.fromkeys(("exp", "exp_", "log", "log_", "log1p", "expm1", "tanh", "tanh_",
+                     "sigmoid", "sigmoid_", "erf", "sin", "cos", "elu", "softplus",
+                     "leaky_relu_backward", "hardswish", "hardsigmoid"), 4),
+    **dict.fromkeys(("gelu", "gelu_", "silu", "silu_", "mish", "gelu_backward",
+                     "silu_backward", "mish_backward", "elu_backward"), 5),
+    # reductions: one combine per input element (var/std: sub, square, add)
+    **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "prod", "argmax", "argmin",
+                     "any", "all", "cumsum", "logsumexp", "nll_loss_forward",
+                     "nll_loss_backward"), 1),
+    **dict.fromkeys(("var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm"), 3),
+    # multi-pass ops: max, subtract, exp, sum, divide
+    **dict.fromkeys(("_softmax", "_log_softmax", "softmax", "log_softmax"), 5),
+    **dict.fromkeys(("_softmax_backward_data", "_log_softmax_backward_data"), 4),
+    # mean, variance, normalise, scale and shift
+    **dict.fromkeys(("native_layer_norm", "layer_norm", "native_batch_norm",
+                     "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+                     "native_group_norm", "_fused_rms_norm", "rms_norm"), 5),
+    **dict.fromkeys(("native_layer_norm_backward", "native_batch_norm_backward",
+                     "native_group_norm_backward", "_fused_rms_norm_backward"), 8),
+}
+
+
+def _largest_numel(record: OpRecord) -> int:
+    return max((t.numel for t in (*record.inputs, *record.outputs)), default=0)
+
+
+def _elementwise_formula(per_element: int) -> FlopFormula:
+    return lambda record: per_element * _largest_numel(record)
+
+
+def _register_elementwise() -> None:
+    by_cost: dict[int, list[str]] = {}
+    for op, per_element in ELEMENTWISE_FLOPS_PER_ELEMENT.items():
+        by_cost.setdefault(per_element, []).append("aten::" + op)
+    for per_element, names in by_cost.items():
+        flop_formula(*names)(_elementwise_formula(per_element))
+
+
+_register_elementwise()
