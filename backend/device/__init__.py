@@ -1,1 +1,20 @@
-"""."""
+"""PyTorch integration: the ``neuron`` device (PrivateUse1), host fallback accounting,
+allocator statistics and the ``torch.neuron`` module."""
+from . import recording
+from .registration import is_registered, register
+from .tensor import DeviceTensor
+
+__all__ = ["register", "is_registered", "recording", "DeviceTensor", "set_target", "get_target"]
+
+
+def set_target(name="trn2"):
+    """Select the simulated NeuronCore target (``trn1``, ``trn2``, ``trn3`` or a derived config)."""
+    from .neuron_module import set_target as _set
+
+    return _set(name)
+
+
+def get_target():
+    from .neuron_module import get_target as _get
+
+    return _get()

@@ -1,0 +1,133 @@
+"""What happens when an aten op reaches a tensor on a simulated device.
+
+Unwrap device tensors to their host tensors, check that devices are not mixed, run the CPU
+kernel, wrap the outputs back onto the device, and report the op to the recording sinks.
+Kept lean: this runs once per op and its overhead is the device's overhead.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import recording
+from .tensor import DeviceTensor, wrap
+
+__all__ = ["dispatch", "CROSS_DEVICE_OPS", "SIMULATED_DEVICE_TYPES"]
+
+aten = torch.ops.aten
+
+# Ops that legitimately take a host tensor next to a device tensor (copies, CPU indices).
+CROSS_DEVICE_OPS = frozenset({
+    aten.copy_.default, aten._to_copy.default, aten._copy_from.default,
+    aten._copy_from_and_resize.default, aten.index.Tensor, aten.index_put_.default,
+    aten.index_put.default, aten._index_put_impl_.default, aten.lift_fresh.default,
+})
+SIMULATED_DEVICE_TYPES = {"neuron"}   # "cuda" joins while CUDA emulation is on
+_HOST = torch.device("cpu")
+
+
+class _Unwrapper:
+    """Collects the device of the wrapped arguments while swapping them for host tensors."""
+
+    __slots__ = ("device", "host_tensor", "inputs")
+
+    def __init__(self):
+        self.device = None
+        self.host_tensor = None
+        self.inputs = []
+
+    def __call__(self, value):
+        if isinstance(value, DeviceTensor):
+            device = value.device
+            if self.device is None:
+                self.device = device
+            elif device != self.device:
+                _raise_mixed(self.device, device)
+            inner = value._inner
+            self.inputs.append(inner)
+            return inner
+        if isinstance(value, torch.Tensor):
+            if value.dim() > 0 and self.host_tensor is None:
+                self.host_tensor = value
+            self.inputs.append(value)
+            return value
+        if isinstance(value, (list, tuple)) and value and not isinstance(value[0], (int, float)):
+            return type(value)(self(v) for v in value)
+        return value
+
+
+def _raise_mixed(first: torch.device, second: torch.device):
+    raise RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, "
+        f"{first} and {second}!")
+
+
+def dispatch(func, args, kwargs):
+    unwrap = _Unwrapper()
+    host_args = [unwrap(a) for a in args]
+    target = None          # explicit device= argument (e.g. _to_copy(device=...))
+    host_kwargs = {}
+    for key, value in kwargs.items():
+        if key == "device" and value is not None:
+            target = torch.device(value)
+            host_kwargs[key] = _HOST if target.type in SIMULATED_DEVICE_TYPES else target
+        else:
+            host_kwargs[key] = unwrap(value)
+    device = unwrap.device
+    if unwrap.host_tensor is not None and func not in CROSS_DEVICE_OPS:
+        _raise_mixed(device, unwrap.host_tensor.device)
+
+    out = func(*host_args, **host_kwargs)
+
+    out_device = device if target is None else (target if target.type in SIMULATED_DEVICE_TYPES else None)
+    wrapped = _wrap_outputs(out, args, kwargs, out_device)
+    if recording._sinks and not recording._suspend_depth:
+        recording.emit(func, args, kwargs, unwrap.inputs, _host_outputs(out),
+                       transfer=_transfer_kind(func, args, device, out_device))
+    return wrapped
+
+
+def _wrap_outputs(out, args, kwargs, device):
+    if isinstance(out, torch.Tensor):
+        return _wrap_one(out, args, kwargs, device)
+    if isinstance(out, (tuple, list)):
+        return type(out)(_wrap_one(o, args, kwargs, device) if isinstance(o, torch.Tensor) else o for o in out)
+    return out
+
+
+def _wrap_one(out, args, kwargs, device):
+    # In-place and out= ops return one of their arguments: hand back that very object.
+    for a in (*args, *kwargs.values()):
+        if a is out:
+            return a
+        if isinstance(a, DeviceTensor) and a._inner is out:
+            if a.shape != out.shape:
+                # A wrapper's sizes are fixed at creation, so out= cannot resize it.
+                raise RuntimeError(
+                    f"out= tensor on {a.device} has shape {list(a.shape)} but the result has shape "
+                    f"{list(out.shape)}; allocate out with the result's shape (resizing out= "
+                    f"tensors is not supported on simulated devices)")
+            return a
+    if device is None:
+        return out
+    return wrap(out, device)
+
+
+def _host_outputs(out) -> list:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [o for o in out if isinstance(o, torch.Tensor)]
+    return []
+
+
+def _transfer_kind(func, args, device, out_device):
+    if func is aten.copy_.default:
+        dst_on_device = isinstance(args[0], DeviceTensor)
+        src_on_device = isinstance(args[1], DeviceTensor)
+        if dst_on_device != src_on_device:
+            return "h2d" if dst_on_device else "d2h"
+    elif func is aten._to_copy.default and out_device is None:
+        return "d2h"
+    elif func is aten._local_scalar_dense.default:
+        return "d2h"
+    return None

@@ -1,0 +1,76 @@
+"""Allocation kernels for the simulated devices, registered on their dispatch keys.
+
+Only the two primitive allocators are needed: every factory (zeros, randn, arange, eye, ...)
+allocates through them and then fills the result through the device's dispatch.
+"""
+from __future__ import annotations
+
+from math import prod
+
+import torch
+
+from .memory import memory_for
+from .tensor import wrap
+
+__all__ = ["register_factories"]
+
+_libraries: dict = {}
+
+
+def _device_of(device) -> torch.device:
+    device = torch.device(device)
+    return device if device.index is not None else torch.device(device.type, 0)
+
+
+def _precheck(device: torch.device, nbytes: int) -> None:
+    # Fail before touching host memory, so an impossible request never allocates.
+    pool = memory_for(device.type)
+    if pool is not None:
+        pool.check(nbytes)
+
+
+def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    device = _device_of(device)
+    dtype = dtype or torch.get_default_dtype()
+    _precheck(device, prod(size) * dtype.itemsize)
+    host = torch.empty(size, dtype=dtype, device="cpu", memory_format=memory_format or torch.contiguous_format)
+    return wrap(host, device)
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    device = _device_of(device)
+    dtype = dtype or torch.get_default_dtype()
+    extent = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
+    _precheck(device, extent * dtype.itemsize)
+    return wrap(torch.empty_strided(size, stride, dtype=dtype, device="cpu"), device)
+
+
+def _copy_from(self, dst, non_blocking=False):
+    # Reached when PyTorch copies host data into a device tensor with Python dispatch
+    # excluded (torch.tensor(..., device=...)); a plain host-to-device transfer.
+    from . import recording
+    from .tensor import unwrap_to_host
+
+    host_dst = unwrap_to_host(dst)
+    host_dst.copy_(unwrap_to_host(self))
+    if recording.active_sinks():
+        recording.emit(torch.ops.aten._copy_from.default, (self, dst), {}, [unwrap_to_host(self)], [host_dst],
+                       transfer="h2d" if host_dst is not dst else "d2h")
+    return dst
+
+
+def register_factories(dispatch_key: str) -> None:
+    """Register the allocators on ``dispatch_key`` ("PrivateUse1", or "CUDA" for emulation)."""
+    if dispatch_key in _libraries:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("empty.memory_format", _empty, dispatch_key)
+    lib.impl("empty_strided", _empty_strided, dispatch_key)
+    lib.impl("_copy_from", _copy_from, dispatch_key)
+    _libraries[dispatch_key] = lib
+
+
+def unregister_factories(dispatch_key: str) -> None:
+    lib = _libraries.pop(dispatch_key, None)
+    if lib is not None:
+        lib._destroy()

@@ -1,0 +1,145 @@
+"""Simulated device memory: every device storage is counted against the target's HBM.
+
+Numerics live in host storage; this module only keeps the books, like CUDA's caching
+allocator statistics. A storage is charged when its first device tensor is created and
+refunded when the last device tensor that references it is garbage-collected.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["DeviceMemory", "memory_for"]
+
+_MIB = 1 << 20
+_GIB = 1 << 30
+
+
+def _rounded(nbytes: int) -> int:
+    # Mirror the CUDA caching allocator's block rounding: 512 B for small, 2 MiB for large.
+    if nbytes <= _MIB:
+        return -(-nbytes // 512) * 512
+    return -(-nbytes // (2 * _MIB)) * (2 * _MIB)
+
+
+@dataclass
+class DeviceMemory:
+    """Allocation statistics for one simulated device (one NeuronCore or one GPU)."""
+
+    device_type: str
+    capacity_bytes: int
+    describe: str = ""
+    allocated_bytes: int = 0
+    reserved_bytes: int = 0
+    peak_allocated_bytes: int = 0
+    peak_reserved_bytes: int = 0
+    num_allocs: int = 0
+    num_frees: int = 0
+    num_ooms: int = 0
+    timeline: list = field(default_factory=list)     # (event index, allocated bytes) samples
+    _refs: dict = field(default_factory=dict)        # storage key -> [refcount, nbytes]
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def check(self, nbytes: int) -> None:
+        """Raise torch.OutOfMemoryError if ``nbytes`` more would not fit."""
+        if self.allocated_bytes + nbytes > self.capacity_bytes:
+            self.num_ooms += 1
+            raise torch.OutOfMemoryError(
+                f"{self.device_type} out of memory. Tried to allocate {_fmt(nbytes)}. "
+                f"{self.describe} has a total capacity of {_fmt(self.capacity_bytes)} of which "
+                f"{_fmt(self.allocated_bytes)} is already allocated "
+                f"({_fmt(self.capacity_bytes - self.allocated_bytes)} free). Free tensors "
+                f"(del, then gc.collect()) or pick a target with more HBM.")
+
+    def track(self, wrapper: torch.Tensor, inner: torch.Tensor) -> None:
+        """Count ``wrapper``'s storage; refund it once no device tensor references it."""
+        storage = inner.untyped_storage()
+        key = storage.data_ptr() or id(storage)
+        with self._lock:
+            entry = self._refs.get(key)
+            if entry is None:
+                nbytes = storage.nbytes()
+                self.check(nbytes)
+                entry = self._refs[key] = [0, nbytes]
+                self.allocated_bytes += nbytes
+                self.reserved_bytes += _rounded(nbytes)
+                self.num_allocs += 1
+                self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+                self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
+            entry[0] += 1
+        # Watch the host tensor, not the wrapper: torch.utils.swap_tensors (Module.to) refuses
+        # wrappers that carry weakrefs, and the host tensor dies with its wrapper anyway.
+        weakref.finalize(inner, self._release, key)
+
+    def _release(self, key) -> None:
+        with self._lock:
+            entry = self._refs.get(key)
+            if entry is None:
+                return
+            entry[0] -= 1
+            if entry[0] == 0:
+                del self._refs[key]
+                self.allocated_bytes -= entry[1]
+                self.reserved_bytes -= _rounded(entry[1])
+                self.num_frees += 1
+
+    def reset_peak(self) -> None:
+        self.peak_allocated_bytes = self.allocated_bytes
+        self.peak_reserved_bytes = self.reserved_bytes
+
+    def stats(self) -> dict:
+        """``torch.cuda.memory_stats``-style flat dict."""
+        return {
+            "allocated_bytes.all.current": self.allocated_bytes,
+            "allocated_bytes.all.peak": self.peak_allocated_bytes,
+            "reserved_bytes.all.current": self.reserved_bytes,
+            "reserved_bytes.all.peak": self.peak_reserved_bytes,
+            "allocation.all.allocated": self.num_allocs,
+            "allocation.all.freed": self.num_frees,
+            "allocation.all.current": len(self._refs),
+            "num_ooms": self.num_ooms,
+            "capacity_bytes": self.capacity_bytes,
+        }
+
+    def summary(self) -> str:
+        rows = [
+            ("Allocated memory", self.allocated_bytes, self.peak_allocated_bytes),
+            ("Reserved memory", self.reserved_bytes, self.peak_reserved_bytes),
+        ]
+        lines = [f"|{'=' * 66}|",
+                 f"| {self.device_type} memory summary: {self.describe}".ljust(67) + "|",
+                 f"| capacity {_fmt(self.capacity_bytes)}, OOMs {self.num_ooms}".ljust(67) + "|",
+                 f"|{'-' * 66}|",
+                 f"| {'Metric':<24}{'Cur Usage':>20}{'Peak Usage':>20} |"]
+        lines += [f"| {name:<24}{_fmt(cur):>20}{_fmt(peak):>20} |" for name, cur, peak in rows]
+        lines += [f"| {'Live storages':<24}{len(self._refs):>20}{'':>20} |", f"|{'=' * 66}|"]
+        return "\n".join(lines)
+
+
+def _fmt(nbytes: int) -> str:
+    for unit, scale in (("GiB", _GIB), ("MiB", _MIB), ("KiB", 1024)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes} B"
+
+
+_POOLS: dict = {}
+
+
+def memory_for(device_type: str) -> DeviceMemory | None:
+    """The memory books of a device type ("neuron" or "cuda"), if that device is active."""
+    return _POOLS.get(device_type)
+
+
+def install_pool(device_type: str, capacity_bytes: int, describe: str) -> DeviceMemory:
+    """(Re)configure the pool of a device type, keeping live allocations when resized."""
+    pool = _POOLS.get(device_type)
+    if pool is None:
+        pool = _POOLS[device_type] = DeviceMemory(device_type, capacity_bytes, describe)
+    else:
+        pool.capacity_bytes = capacity_bytes
+        pool.describe = describe
+    return pool

@@ -1,0 +1,45 @@
+"""Registering the ``neuron`` device with PyTorch, once per process."""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+__all__ = ["register", "is_registered"]
+
+DEVICE_NAME = "neuron"
+_done = False
+
+
+def is_registered() -> bool:
+    return _done
+
+
+def register() -> None:
+    """Make ``torch.device("neuron")`` a working device. Idempotent.
+
+    PrivateUse1 is renamed to ``neuron`` and set up as a Python backend (device guard, hooks,
+    ``torch.neuron``, ``Tensor.neuron()``/``Module.neuron()``); the allocators are registered
+    on PrivateUse1; every other op reaches ``DeviceTensor.__torch_dispatch__``.
+    """
+    global _done
+    if _done:
+        return
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    from . import neuron_module
+    from .factories import register_factories
+
+    current = torch._C._get_privateuse1_backend_name()
+    if current not in ("privateuseone", DEVICE_NAME):
+        raise RuntimeError(
+            f"PrivateUse1 is already claimed by the '{current}' backend; the workbench's "
+            f"'{DEVICE_NAME}' device cannot be registered in this process.")
+    if current == DEVICE_NAME and hasattr(torch, DEVICE_NAME):
+        # Another copy of this module registered it (e.g. autoload then a reload).
+        _done = True
+        return
+    _setup_privateuseone_for_python_backend(rename=DEVICE_NAME, backend_module=neuron_module)
+    sys.modules.setdefault(f"torch.{DEVICE_NAME}", neuron_module)
+    register_factories("PrivateUse1")
+    _done = True
