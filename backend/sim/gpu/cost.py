@@ -1,0 +1,184 @@
+"""Cost of one GPU kernel: launch overhead + max(compute time, HBM time).
+
+Compute and memory overlap inside a kernel (warps stall on loads while others compute), so the
+slower of the two sets the kernel's time; the launch overhead does not overlap because eager
+PyTorch issues kernels one by one from the host. Which unit computes:
+
+- matrix-unit ops (``is_matmul_like``: matmul, conv, attention) run on tensor cores at their
+  dtype's dense peak, shaped by the tile model of ``tiling.py``. fp32 is the exception:
+  PyTorch's default (``allow_tf32 = False``) computes fp32 matmuls in full fp32 on CUDA cores,
+  so they use the CUDA-core fp32 peak unless the config allows TF32. fp8 on a GPU without fp8
+  tensor cores runs at the bf16 rate; float64 runs at the fp64 CUDA-core rate.
+- everything else runs on CUDA cores at max_compute_efficiency x the fp32 (fp64) peak, which
+  almost never matters: such ops are memory-bound.
+
+FLOPs and minimum HBM bytes come from ``backend.lowering.flops`` so that the GPU and the
+NeuronCore count the same work.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from backend.lowering.flops import is_matmul_like, op_flops, op_min_bytes, storage_bytes
+from backend.sim.descriptors import DTYPE_BYTES, OpRecord
+from backend.sim.gpu.presets import GpuConfig
+from backend.sim.gpu.shapes import gemm_shape
+from backend.sim.gpu.tiling import GemmPlan, GemmShape, hbm_time_ns, plan_gemm
+
+__all__ = ["KernelCost", "matmul_unit", "vector_compute_ns", "gemm_cost", "stream_cost",
+           "record_cost", "fused_cost", "transfer_ns"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelCost:
+    """Time split of one kernel; ``tensor_ns``/``cuda_ns`` run one after the other in a CTA."""
+
+    launch_ns: float
+    tensor_ns: float
+    cuda_ns: float
+    memory_ns: float
+    flops: int
+    hbm_read_bytes: int
+    hbm_write_bytes: int
+    plan: GemmPlan | None = None
+    tensor_flops: int = 0           # the share of ``flops`` done on tensor cores
+
+    @property
+    def compute_ns(self) -> float:
+        return self.tensor_ns + self.cuda_ns
+
+    @property
+    def total_ns(self) -> float:
+        return self.launch_ns + max(self.compute_ns, self.memory_ns)
+
+    @property
+    def bound(self) -> str:
+        """What limits the kernel: "launch", "compute" or "memory"."""
+        busy = max(self.compute_ns, self.memory_ns)
+        if self.launch_ns >= busy:
+            return "launch"
+        return "compute" if self.compute_ns >= self.memory_ns else "memory"
+
+
+def matmul_unit(config: GpuConfig, dtype: str) -> tuple[str, float]:
+    """(track, peak FLOP/s) a matrix product of ``dtype`` runs at."""
+    if dtype in ("bfloat16", "float16"):
+        return "tensor_core", config.bf16_tensor_flops_per_s
+    if dtype.startswith("float8"):
+        return "tensor_core", config.fp8_tensor_flops_per_s or config.bf16_tensor_flops_per_s
+    if dtype == "float32" and config.allow_tf32:
+        return "tensor_core", config.tf32_tensor_flops_per_s
+    if dtype == "float64":
+        return "cuda_core", config.fp64_flops_per_s
+    # full fp32 (PyTorch's default) and integer products: SIMT GEMM on CUDA cores.
+    return "cuda_core", config.fp32_flops_per_s
+
+
+def vector_compute_ns(config: GpuConfig, flops: int, dtype: str) -> float:
+    """CUDA-core time for non-matrix FLOPs at the sustained fraction of the fp32/fp64 peak."""
+    peak = config.fp64_flops_per_s if dtype == "float64" else config.fp32_flops_per_s
+    return flops / (peak * config.max_compute_efficiency) * 1e9
+
+
+def _matmul_compute(config: GpuConfig, shape: GemmShape | None, dtype: str, flops: int,
+                    hbm_bytes: int) -> tuple[str, float, GemmPlan | None]:
+    """(track, compute ns, plan) of a matrix product; without a shape, an ideal single wave."""
+    track, peak = matmul_unit(config, dtype)
+    if shape is None:
+        log.debug("no GEMM shape known; costing %d FLOPs without tile losses", flops)
+        return track, config.hbm_latency_ns + flops / (peak * config.max_compute_efficiency) * 1e9, None
+    work_scale = max(1.0, flops / shape.flops)
+    plan = plan_gemm(config, shape, peak, DTYPE_BYTES.get(dtype, 4), hbm_bytes, work_scale)
+    return track, plan.compute_ns, plan
+
+
+def gemm_cost(config: GpuConfig, shape: GemmShape, dtype: str, launch_ns: float,
+              hbm_read_bytes: int | None = None, hbm_write_bytes: int | None = None) -> KernelCost:
+    """One GEMM kernel from explicit numbers; bytes default to reading A, B and writing C."""
+    itemsize = DTYPE_BYTES.get(dtype, 4)
+    if hbm_read_bytes is None:
+        hbm_read_bytes = shape.batch * (shape.m + shape.n) * shape.k * itemsize
+    if hbm_write_bytes is None:
+        hbm_write_bytes = shape.batch * shape.m * shape.n * itemsize
+    return _matmul_kernel(config, shape, dtype, shape.flops, hbm_read_bytes, hbm_write_bytes, launch_ns)
+
+
+def _matmul_kernel(config: GpuConfig, shape: GemmShape | None, dtype: str, flops: int,
+                   read_bytes: int, write_bytes: int, launch_ns: float) -> KernelCost:
+    track, compute_ns, plan = _matmul_compute(config, shape, dtype, flops, read_bytes + write_bytes)
+    extra = plan.extra_hbm_bytes if plan else 0
+    memory_ns = hbm_time_ns(config, read_bytes + write_bytes + extra)
+    on_tensor = track == "tensor_core"
+    tensor_ns, cuda_ns = (compute_ns, 0.0) if on_tensor else (0.0, compute_ns)
+    # split-K partials are written and read back once each
+    return KernelCost(launch_ns, tensor_ns, cuda_ns, memory_ns, flops,
+                      read_bytes + extra // 2, write_bytes + extra // 2, plan,
+                      flops if on_tensor else 0)
+
+
+def stream_cost(config: GpuConfig, flops: int, dtype: str, hbm_read_bytes: int,
+                hbm_write_bytes: int, launch_ns: float) -> KernelCost:
+    """A CUDA-core kernel (elementwise, reduction, copy) from explicit numbers."""
+    return KernelCost(launch_ns, 0.0, vector_compute_ns(config, flops, dtype),
+                      hbm_time_ns(config, hbm_read_bytes + hbm_write_bytes), flops,
+                      hbm_read_bytes, hbm_write_bytes)
+
+
+def _record_dtype(record: OpRecord) -> str:
+    """The dtype the op computes in: its largest floating input (not a bool mask or fp32 scale)."""
+    tensors = record.inputs or record.outputs
+    if not tensors:
+        return "float32"
+    floating = [t for t in tensors if "float" in t.dtype]
+    return max(floating, key=lambda t: t.numel).dtype if floating else tensors[0].dtype
+
+
+def _read_write_bytes(record: OpRecord) -> tuple[int, int]:
+    read = sum(storage_bytes(t) for t in record.inputs)
+    return read, op_min_bytes(record) - read
+
+
+def record_cost(config: GpuConfig, record: OpRecord, launch_ns: float) -> KernelCost:
+    """One eager op as one kernel (views and transfers are the session's business)."""
+    flops = op_flops(record)
+    read, write = _read_write_bytes(record)
+    dtype = _record_dtype(record)
+    if flops and is_matmul_like(record.name):
+        return _matmul_kernel(config, gemm_shape(record), dtype, flops, read, write, launch_ns)
+    return stream_cost(config, flops, dtype, read, write, launch_ns)
+
+
+def fused_cost(config: GpuConfig, records: list[OpRecord], launch_ns: float,
+               internal_bytes_saved: int = 0) -> KernelCost:
+    """One compiled kernel running ``records``: one launch, their FLOPs summed.
+
+    HBM traffic is the records' own traffic less ``internal_bytes_saved`` (intermediates that
+    stay on chip, counted by the caller who knows the graph). Each intermediate saves one write
+    and at least one read, so the saving comes off writes and reads in equal halves, each
+    clamped to what is there. Compute parts run one after the other (a matmul's epilogue follows
+    its mainloop).
+    """
+    tensor_ns = cuda_ns = 0.0
+    flops = tensor_flops = read = write = extra = 0
+    for record in records:
+        part = record_cost(config, record, 0.0)
+        tensor_ns += part.tensor_ns
+        cuda_ns += part.cuda_ns
+        flops += part.flops
+        tensor_flops += part.tensor_flops
+        extra += part.plan.extra_hbm_bytes if part.plan else 0
+        r, w = _read_write_bytes(record)
+        read, write = read + r, write + w
+    saved_write = min(write, internal_bytes_saved // 2)
+    saved_read = min(read, internal_bytes_saved - saved_write)
+    read, write = read - saved_read + extra // 2, write - saved_write + extra // 2
+    return KernelCost(launch_ns, tensor_ns, cuda_ns, hbm_time_ns(config, read + write), flops,
+                      read, write, None, tensor_flops)
+
+
+def transfer_ns(config: GpuConfig, nbytes: int) -> float:
+    """Host<->device copy over PCIe at the link's per-direction rate (no launch included)."""
+    return nbytes / config.pcie_bytes_per_s * 1e9
