@@ -76,7 +76,15 @@ def dispatch(func, args, kwargs):
     if unwrap.host_tensor is not None and func not in CROSS_DEVICE_OPS:
         _raise_mixed(device, unwrap.host_tensor.device)
 
-    out = func(*host_args, **host_kwargs)
+    try:
+        out = func(*host_args, **host_kwargs)
+    except NotImplementedError:
+        # No host kernel (e.g. fused RNN cells PyTorch picks for accelerators): run the op's
+        # decomposition on the device tensors, so its pieces are executed and recorded.
+        decomposition = _decomposition(func)
+        if decomposition is None:
+            raise
+        return decomposition(*args, **kwargs)
 
     out_device = device if target is None else (target if target.type in SIMULATED_DEVICE_TYPES else None)
     wrapped = _wrap_outputs(out, args, kwargs, out_device)
@@ -84,6 +92,12 @@ def dispatch(func, args, kwargs):
         recording.emit(func, args, kwargs, unwrap.inputs, _host_outputs(out),
                        transfer=_transfer_kind(func, args, device, out_device))
     return wrapped
+
+
+def _decomposition(func):
+    from torch._decomp import decomposition_table
+
+    return decomposition_table.get(func)
 
 
 def _wrap_outputs(out, args, kwargs, device):
@@ -101,11 +115,11 @@ def _wrap_one(out, args, kwargs, device):
             return a
         if isinstance(a, DeviceTensor) and a._inner is out:
             if a.shape != out.shape:
-                # A wrapper's sizes are fixed at creation, so out= cannot resize it.
+                # A wrapper's sizes are fixed at creation, so resize_ / out= cannot grow it.
                 raise RuntimeError(
                     f"out= tensor on {a.device} has shape {list(a.shape)} but the result has shape "
-                    f"{list(out.shape)}; allocate out with the result's shape (resizing out= "
-                    f"tensors is not supported on simulated devices)")
+                    f"{list(out.shape)}; allocate out with the result's shape (resizing device "
+                    f"tensors is not supported by the workbench)")
             return a
     if device is None:
         return out

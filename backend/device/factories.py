@@ -59,6 +59,36 @@ def _copy_from(self, dst, non_blocking=False):
     return dst
 
 
+# Factories whose composite kernels allocate an empty tensor and resize it; run them on the
+# host and wrap the result instead (a wrapper cannot be resized in place).
+HOST_FACTORIES = (
+    "arange", "arange.start", "arange.start_step", "linspace", "logspace", "eye", "eye.m",
+    "randperm", "tril_indices", "triu_indices", "scalar_tensor",
+)
+
+
+def _host_factory(overload):
+    def factory(*args, device=None, **kwargs):
+        device = _device_of(device)
+        return wrap(overload(*args, device="cpu", **kwargs), device)
+
+    return factory
+
+
+# Composite ops that pick fused kernels PyTorch ships only for CUDA (_thnn_fused_*_cell) as
+# soon as the input is on an accelerator; run PyTorch's own decompositions instead.
+DECOMPOSED_ON_DEVICE = ("lstm.input", "lstm.data", "gru.input", "gru.data")
+
+
+def _register_decomposed(lib, dispatch_key: str) -> None:
+    from torch._decomp import decomposition_table
+
+    autograd_key = "Autograd" + dispatch_key
+    for name in DECOMPOSED_ON_DEVICE:
+        packet, _, overload = name.partition(".")
+        lib.impl(name, decomposition_table[getattr(getattr(torch.ops.aten, packet), overload)], autograd_key)
+
+
 def register_factories(dispatch_key: str) -> None:
     """Register the allocators on ``dispatch_key`` ("PrivateUse1", or "CUDA" for emulation)."""
     if dispatch_key in _libraries:
@@ -67,6 +97,10 @@ def register_factories(dispatch_key: str) -> None:
     lib.impl("empty.memory_format", _empty, dispatch_key)
     lib.impl("empty_strided", _empty_strided, dispatch_key)
     lib.impl("_copy_from", _copy_from, dispatch_key)
+    for name in HOST_FACTORIES:
+        packet, _, overload = name.partition(".")
+        lib.impl(name, _host_factory(getattr(getattr(torch.ops.aten, packet), overload or "default")), dispatch_key)
+    _register_decomposed(lib, dispatch_key)
     _libraries[dispatch_key] = lib
 
 

@@ -29,7 +29,7 @@ _state = {"target": None}
 class NeuronDeviceProperties:
     name: str
     target: str
-    core_version: str
+    core_version: str          # NC-v2 / NC-v3 / NC-v4
     cores_per_chip: int
     total_memory: int          # HBM bytes available to this NeuronCore
     sbuf_bytes: int
@@ -45,7 +45,7 @@ def set_target(name: str = DEFAULT_TARGET):
 
     config = preset(name) if isinstance(name, str) else name
     _state["target"] = config
-    install_pool("neuron", config.hbm_bytes_per_core, f"{config.name} NeuronCore HBM")
+    install_pool("neuron", config.hbm_bytes, f"{config.name} NeuronCore HBM")
     return config
 
 
@@ -104,7 +104,8 @@ def synchronize(device=None) -> None:
 
 def manual_seed(seed: int) -> None:
     # Values are computed by CPU kernels, so the CPU generator is the device generator.
-    torch.manual_seed(seed)
+    # (Not torch.manual_seed: that calls back into this function for custom devices.)
+    torch.default_generator.manual_seed(int(seed))
 
 
 manual_seed_all = manual_seed
@@ -130,24 +131,24 @@ def get_device_properties(device=None) -> NeuronDeviceProperties:
     _check_index(device)
     cfg = get_target()
     return NeuronDeviceProperties(
-        name=get_device_name(), target=cfg.name, core_version=cfg.core_version,
-        cores_per_chip=cfg.cores_per_chip, total_memory=cfg.hbm_bytes_per_core,
+        name=get_device_name(), target=cfg.name, core_version=cfg.generation,
+        cores_per_chip=cfg.cores_per_chip, total_memory=cfg.hbm_bytes,
         sbuf_bytes=cfg.sbuf_bytes, psum_bytes=cfg.psum_bytes,
-        tensor_engine_clock_hz=cfg.tensor_clock_hz, peak_bf16_flops_per_s=cfg.peak_bf16_flops_per_s,
+        tensor_engine_clock_hz=cfg.tensor_clock_hz, peak_bf16_flops_per_s=cfg.peak_flops_per_s,
         hbm_bytes_per_s=cfg.hbm_bytes_per_s)
 
 
 def get_device_name(device=None) -> str:
     cfg = get_target()
-    return f"AWS {cfg.name} NeuronCore-{cfg.core_version} (simulated)"
+    return f"AWS {cfg.name} NeuronCore ({cfg.generation}, simulated)"
 
 
 def get_device_capability(device=None) -> tuple[int, int]:
-    return (int(get_target().core_version.lstrip("v")), 0)
+    return (int(get_target().generation.rsplit("v", 1)[-1]), 0)
 
 
 def _pool():
-    return memory_for("neuron") or install_pool("neuron", get_target().hbm_bytes_per_core, "NeuronCore HBM")
+    return memory_for("neuron") or install_pool("neuron", get_target().hbm_bytes, "NeuronCore HBM")
 
 
 def memory_allocated(device=None) -> int:
