@@ -1,0 +1,136 @@
+"""``compare()``: run one callable on several devices (and eager/compiled), side by side.
+
+Simulated devices report simulated device time from their Profile. ``cpu`` has no simulator:
+its time is the measured host wall time (median of a few runs), and the table says so.
+"""
+from __future__ import annotations
+
+import html
+import inspect
+import logging
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from workbench.format import fmt_bytes, fmt_time_s
+from workbench.session import DEFAULT_TARGETS, SIMULATED_DEVICES, default_device, profile
+
+__all__ = ["compare", "Comparison", "COMPARISON_COLUMNS"]
+
+log = logging.getLogger(__name__)
+
+COMPARISON_COLUMNS = ("label", "device", "target", "compiled", "time_s", "time_kind", "hbm_bytes",
+                      "mfu_percent", "op_count", "fallback_count", "wall_time_s")
+_CPU_RUNS = 3
+
+
+@dataclass
+class Comparison:
+    """One row per (device, target, mode); ``profiles`` and ``results`` keyed by row label."""
+
+    frame: pd.DataFrame
+    profiles: dict = field(default_factory=dict)      # label -> Profile (cpu rows have none)
+    results: dict = field(default_factory=dict)      # label -> what fn returned
+
+    def figure(self):
+        from workbench.figures import comparison_figure
+        return comparison_figure(self.frame)
+
+    def eager_vs_compiled(self, device: str = "neuron"):
+        """Engine time, HBM traffic and launches of ``device``'s eager and compiled profiles."""
+        from workbench.figures import profiles_figure
+        chosen = {label: prof for label, prof in self.profiles.items()
+                  if prof is not None and prof.meta.get("device") == device}
+        return profiles_figure(chosen, title=f"Eager vs compiled on {device}")
+
+    def show(self):
+        from IPython.display import display
+        display(self)
+        display(self.figure())
+
+    def _repr_html_(self) -> str:
+        rows = []
+        for r in self.frame.itertuples():
+            kind = "simulated" if r.time_kind == "simulated" else "measured host wall time"
+            rows.append(f"<tr><th style='text-align:left'>{html.escape(r.label)}</th>"
+                        f"<td>{fmt_time_s(r.time_s)} ({kind})</td><td>{fmt_bytes(r.hbm_bytes)}</td>"
+                        f"<td>{r.mfu_percent:.1f} %</td><td>{r.op_count}</td><td>{r.fallback_count}</td></tr>")
+        head = "".join(f"<th>{h}</th>" for h in ("", "time", "HBM traffic", "MFU", "ops", "fallbacks"))
+        return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _takes_device(fn: Callable) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                  inspect.Parameter.VAR_POSITIONAL)
+    return any(p.kind in positional for p in params)
+
+
+def _targets_for(device: str, targets) -> list:
+    if device not in SIMULATED_DEVICES:
+        return [None]
+    if targets is None:
+        return [DEFAULT_TARGETS[device]]
+    if isinstance(targets, Mapping):
+        chosen = targets.get(device, DEFAULT_TARGETS[device])
+        return [chosen] if isinstance(chosen, str) else list(chosen)
+    # A plain list of names: NeuronCore presets are trn*/inf*, the rest are GPUs.
+    mine = [t for t in targets if (t.startswith(("trn", "inf")) == (device == "neuron"))]
+    return mine or [DEFAULT_TARGETS[device]]
+
+
+def _compiled(fn: Callable, device: str, backend: str | None) -> Callable:
+    import torch
+    return torch.compile(fn, backend=backend or ("inductor" if device == "cpu" else "neuron"))
+
+
+def _row(label, device, target, compiled, time_s, kind, prof=None, wall=0.0) -> dict:
+    s = prof.summary if prof is not None else {}
+    return {"label": label, "device": device, "target": target or "", "compiled": compiled, "time_s": time_s,
+            "time_kind": kind, "hbm_bytes": s.get("hbm_read_bytes", 0) + s.get("hbm_write_bytes", 0),
+            "mfu_percent": s.get("mfu_estimated_percent", 0.0), "op_count": s.get("op_count", 0),
+            "fallback_count": s.get("fallback_count", 0), "wall_time_s": wall}
+
+
+def compare(fn: Callable, devices: Sequence[str] = ("cpu", "cuda", "neuron"), compile: Sequence[bool] = (False,),
+            targets=None, *, backend: str | None = None) -> Comparison:
+    """Run ``fn`` per device, target and compile mode; ``fn(device)`` if it takes an argument.
+
+    ``targets``: None (trn2 / h100), a mapping ``{"neuron": "trn1" or [...], "cuda": ...}``, or a
+    list of preset names. ``backend`` overrides the torch.compile backend (default "neuron" on
+    simulated devices, "inductor" on cpu).
+    """
+    with_device = _takes_device(fn)
+    rows, profiles, results = [], {}, {}
+    for device in devices:
+        for target in _targets_for(device, targets):
+            for compiled in compile:
+                label = " ".join(x for x in (device, target, "compiled" if compiled else "") if x)
+                run = _compiled(fn, device, backend) if compiled else fn
+                call = (lambda run=run, device=device: run(device)) if with_device else run
+                with default_device(device, target):
+                    if compiled:
+                        call()          # compile outside the measurement
+                    if device in SIMULATED_DEVICES:
+                        prof = profile(call, device=device, target=target)
+                        prof.meta["compiled"] = bool(compiled)
+                        profiles[label], results[label] = prof, prof.result
+                        rows.append(_row(label, device, target, bool(compiled), prof.summary["total_time"],
+                                         "simulated", prof, prof.meta["wall_time_s"]))
+                        continue
+                    walls = []
+                    for _ in range(_CPU_RUNS):
+                        start = time.perf_counter()
+                        results[label] = call()
+                        walls.append(time.perf_counter() - start)
+                wall = statistics.median(walls)
+                profiles[label] = None
+                rows.append(_row(label, device, target, bool(compiled), wall, "measured host wall time", wall=wall))
+                log.info("%s: %.3g s measured host wall time (no simulator on %s)", label, wall, device)
+    return Comparison(pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS)), profiles, results)

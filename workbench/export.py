@@ -1,0 +1,221 @@
+"""Chrome/Perfetto trace files: write a Profile, read it back.
+
+Layout of the file (Trace Event Format, JSON object form):
+- pid 1 is the simulated device: one thread (tid) per engine and DMA queue, "X" events that
+  never partially overlap on a track, and counter ("C") tracks for engine utilisation and bytes;
+- pid 2 holds the ops/kernels as "X" spans, in as many lanes as overlapping ops need;
+- top-level ``deviceProperties`` and ``distributedInfo`` so Perfetto and Holistic Trace Analysis
+  accept it, and a ``workbench`` key with the header, op records, summary and compiled graphs so
+  ``load_trace`` re-creates the Profile.
+
+Instruction events beyond ``max_events`` are merged (see ``workbench.aggregate``) so files stay
+small; ``full=True`` writes every kept instruction.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from workbench.aggregate import aggregate_events, busy_per_bin
+from workbench.records import json_safe, trace_from_parts, trace_header
+
+__all__ = ["export_chrome_trace", "chrome_trace_dict", "load_trace", "DEFAULT_MAX_EVENTS", "FORMAT"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_EVENTS = 20_000
+FORMAT = "neuron-workbench-profile"
+DEVICE_PID, OPS_PID = 1, 2
+_COUNTER_BINS = 400
+
+
+def _us(ns) -> np.ndarray:
+    """ns -> us rounded to whole ns, so ends and starts compare exactly after the division."""
+    return np.round(np.asarray(ns, dtype=np.float64)) / 1000.0
+
+
+def _metadata(pid: int, process: str, threads: dict) -> list:
+    out = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process}},
+           {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
+    for tid, name in threads.items():
+        out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+    return out
+
+
+def _flatten(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Clip starts so no event begins before an earlier one on the track ends (rows sorted)."""
+    prev_end = np.maximum.accumulate(np.concatenate([[-np.inf], end[:-1]]))
+    return np.maximum(start, prev_end), end
+
+
+def _instruction_events(profile, agg, tids: dict, names: np.ndarray) -> list:
+    out, clipped = [], 0
+    for engine, rows in agg.groupby("engine", sort=False):
+        start, end = _flatten(rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy())
+        keep = end > start
+        clipped += int((~keep).sum() + (start[keep] != rows["start_ns"].to_numpy()[keep]).sum())
+        ts, te = _us(start[keep]), _us(end[keep])
+        rows = rows[keep]
+        cls = "dma" if engine.startswith("dma") else engine
+        for t0, t1, code, op, last, count, busy, nbytes, flops in zip(
+                ts, te, rows["opcode"], rows["op_index"], rows["op_last"], rows["count"], rows["busy_ns"],
+                rows["bytes_moved"], rows["flops"]):
+            name = code if count == 1 or op != last else str(names[op]) if op < len(names) else code
+            args = {"opcode": code, "op_index": int(op), "op": str(names[op]) if op < len(names) else "",
+                    "bytes": int(nbytes), "flops": int(flops)}
+            if count > 1:
+                args.update(op_last=int(last), instructions=int(count), busy_ns=float(busy))
+            out.append({"ph": "X", "name": name, "cat": cls, "pid": DEVICE_PID, "tid": tids[engine],
+                        "ts": float(t0), "dur": float(t1 - t0), "args": args})
+    if clipped:
+        log.warning("clipped %d instruction events that overlapped on their track", clipped)
+    return out
+
+
+def _op_events(ops) -> tuple[list, int]:
+    """Ops as X spans; an op that starts before the previous one ends goes to another lane."""
+    lanes_end: list = []
+    out = []
+    for rec in ops.sort_values("start_ns", kind="stable").to_dict("records"):
+        start, end = float(rec["start_ns"]), float(rec["end_ns"])
+        lane = next((i for i, e in enumerate(lanes_end) if e <= start), len(lanes_end))
+        if lane == len(lanes_end):
+            lanes_end.append(end)
+        lanes_end[lane] = end
+        ts, te = _us([start, end])
+        args = json_safe({k: rec.get(k) for k in ("op_index", "kind", "input_shapes", "output_shapes", "source",
+                                                  "flops", "hbm_bytes", "instruction_count")})
+        out.append({"ph": "X", "name": rec["name"], "cat": rec["kind"], "pid": OPS_PID, "tid": lane + 1,
+                    "ts": float(ts), "dur": float(te - ts), "args": args})
+    return out, len(lanes_end)
+
+
+def _counter_events(profile) -> list:
+    """Utilisation per engine class in time bins, HBM traffic so far, and HBM allocated."""
+    events, ops = profile.instructions, profile.ops
+    out = []
+    if len(events):
+        t0, t1 = events["start_ns"].min(), events["end_ns"].max()
+        edges = np.linspace(t0, t1, _COUNTER_BINS + 1)
+        width = max(edges[1] - edges[0], 1e-9)
+        classes = events["engine"].map(lambda e: "dma" if e.startswith("dma") else e)
+        tracks = events.groupby(classes)["engine"].nunique()
+        busy = {cls: busy_per_bin(rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy(), edges)
+                / (width * tracks[cls]) * 100.0 for cls, rows in events.groupby(classes)}
+        for i, ts in enumerate(_us(edges[:-1])):
+            out.append({"ph": "C", "name": "engine utilisation (%)", "pid": DEVICE_PID, "tid": 0, "ts": float(ts),
+                        "args": {cls: round(float(v[i]), 3) for cls, v in busy.items()}})
+    if len(ops):
+        order = ops.sort_values("end_ns", kind="stable")
+        step = max(1, len(order) // 2000)
+        read, write = np.cumsum(order["hbm_read_bytes"].to_numpy()), np.cumsum(order["hbm_write_bytes"].to_numpy())
+        for ts, r, w in list(zip(_us(order["end_ns"]), read, write))[::step]:
+            out.append({"ph": "C", "name": "HBM traffic (bytes)", "pid": DEVICE_PID, "tid": 0, "ts": float(ts),
+                        "args": {"read": int(r), "write": int(w)}})
+    for ts, nbytes in profile.trace.hbm_timeline:
+        out.append({"ph": "C", "name": "HBM allocated (bytes)", "pid": DEVICE_PID, "tid": 0,
+                    "ts": float(_us(ts)), "args": {"allocated": int(nbytes)}})
+    return out
+
+
+def _columnar(records: list) -> dict:
+    """Op records as one column list and row lists: a third of the size of repeated keys."""
+    columns = list(records[0]) if records else []
+    return {"columns": columns, "rows": [json_safe([rec.get(c) for c in columns]) for rec in records]}
+
+
+def _records(table: dict) -> list:
+    columns = table["columns"]
+    return [dict(zip(columns, row)) for row in table["rows"]]
+
+
+def chrome_trace_dict(profile, *, max_events: int | None = None, full: bool = False) -> dict:
+    """The trace file's content as a dict (see the module docstring)."""
+    trace = profile.trace
+    engines = list(profile.timeline)
+    tids = {engine: i + 1 for i, engine in enumerate(engines)}
+    limit = len(profile.instructions) if full else (max_events or DEFAULT_MAX_EVENTS)
+    agg, level = aggregate_events(profile.instructions, limit)
+    names = profile.ops["name"].to_numpy(dtype=object) if len(profile.ops) else np.array([], dtype=object)
+    op_events, lanes = _op_events(profile.ops) if len(profile.ops) else ([], 0)
+    device = f"{trace.device_kind} {trace.target} (simulated)"
+    events = (_metadata(DEVICE_PID, device, {tid: e for e, tid in tids.items()})
+              + _metadata(OPS_PID, "ops and kernels", {i + 1: "ops" if i == 0 else f"ops (lane {i + 1})"
+                                                       for i in range(lanes)})
+              + _instruction_events(profile, agg, tids, names) + op_events + _counter_events(profile))
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "deviceProperties": [{"id": 0, "name": device, "target": trace.target, "device_kind": trace.device_kind,
+                              "peak_flops_per_s": trace.peak_flops_per_s,
+                              "hbm_bytes_per_s": trace.hbm_bytes_per_s, "engines": engines}],
+        "distributedInfo": {"rank": 0},
+        "workbench": {
+            "format": FORMAT, "version": 1, "trace": trace_header(trace),
+            "ops": _columnar(trace.to_records()), "summary": json_safe(profile.summary),
+            "graphs": [g.to_dict() for g in profile.graphs], "meta": json_safe(profile.meta),
+            "events": {"level": level, "written": int(len(agg)), "kept": int(len(profile.instructions))},
+        },
+    }
+
+
+def export_chrome_trace(profile, path, *, max_events: int | None = None, full: bool = False) -> Path:
+    """Write ``profile`` as a Chrome/Perfetto trace (gzip when ``path`` ends in .gz)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(chrome_trace_dict(profile, max_events=max_events, full=full), separators=(",", ":"))
+    if path.suffix == ".gz":
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    log.info("wrote %s (%d bytes)", path, path.stat().st_size)
+    return path
+
+
+def _read_json(path: Path):
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise ValueError(f"{path}: corrupt gzip trace file ({exc})") from exc
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON, so not a readable trace (corrupt or truncated?): {exc}") from exc
+
+
+def load_trace(path):
+    """A Profile from a file written by ``export_chrome_trace`` or a ``to_csv``/``to_parquet`` folder."""
+    from workbench.profile import Profile
+    path = Path(path)
+    if path.is_dir():
+        from workbench.tables import load_tables
+        return load_tables(path)
+    if not path.exists():
+        raise FileNotFoundError(path)
+    data = _read_json(path)
+    if not isinstance(data, (dict, list)) or (isinstance(data, dict) and "traceEvents" not in data):
+        raise ValueError(f"{path}: not a Chrome trace (no 'traceEvents')")
+    wb = data.get("workbench") if isinstance(data, dict) else None
+    if not isinstance(wb, dict) or wb.get("format") != FORMAT:
+        raise ValueError(f"{path}: a Chrome trace, but not one written by the workbench (no 'workbench' "
+                         "section with its op records); open it in Perfetto (ui.perfetto.dev) instead")
+    try:
+        tid_engine = {ev["tid"]: ev["args"]["name"] for ev in data["traceEvents"]
+                      if ev.get("ph") == "M" and ev.get("name") == "thread_name" and ev.get("pid") == DEVICE_PID}
+        rows = [(ev["ts"] * 1000.0, (ev["ts"] + ev["dur"]) * 1000.0, tid_engine[ev["tid"]], ev["args"]["opcode"],
+                 ev["args"]["op_index"], ev["args"].get("bytes", 0), ev["args"].get("flops", 0))
+                for ev in data["traceEvents"] if ev.get("ph") == "X" and ev.get("pid") == DEVICE_PID]
+        trace = trace_from_parts(wb["trace"], _records(wb["ops"]), rows)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: workbench trace is damaged ({type(exc).__name__}: {exc})") from exc
+    meta = dict(wb.get("meta") or {})
+    meta["events_level"] = wb.get("events", {}).get("level", "instruction")
+    return Profile([trace], wb.get("graphs") or [], meta=meta)

@@ -1,0 +1,205 @@
+"""``Profile``: what one profiled run produced, as tables, counters, figures and files.
+
+A Profile wraps one or more simulator Traces (several when a run was recorded in pieces) and
+the compiled graphs seen during the run. Tables are pandas DataFrames built from the Trace's
+records; figures, the dashboard and the exporters all read from the same Profile.
+"""
+from __future__ import annotations
+
+import html
+import logging
+from dataclasses import replace
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+
+from backend.sim.trace import InstructionEvent, OpSummary, Trace
+from workbench.graphs import CompiledGraph
+
+__all__ = ["Profile", "merge_traces", "EVENT_COLUMNS"]
+
+log = logging.getLogger(__name__)
+
+EVENT_COLUMNS = ("start_ns", "end_ns", "duration_ns", "engine", "opcode", "op_index",
+                 "bytes_moved", "flops")
+_MEMORY_LEVELS = ("hbm", "sbuf", "psum")
+
+
+def merge_traces(traces) -> Trace:
+    """One Trace holding ``traces`` back to back; the inputs are left untouched."""
+    traces = list(traces)
+    if len(traces) == 1:
+        return traces[0]
+    first = traces[0]
+    engines = list(first.engines)
+    for t in traces[1:]:
+        engines += [e for e in t.engines if e not in engines]
+    merged = Trace(target=first.target, device_kind=first.device_kind,
+                   peak_flops_per_s=first.peak_flops_per_s, hbm_bytes_per_s=first.hbm_bytes_per_s,
+                   max_events=sum(t.max_events for t in traces), engines=tuple(engines))
+    for t in traces:
+        shift, base = merged.total_end_ns(), len(merged.ops)
+        merged.ops.extend(replace(op, op_index=op.op_index + base, start_ns=op.start_ns + shift,
+                                  end_ns=op.end_ns + shift, busy_ns=dict(op.busy_ns)) for op in t.ops)
+        merged.events.extend(InstructionEvent(e.start_ns + shift, e.end_ns + shift, e.engine, e.opcode,
+                                              e.op_index + base, e.bytes_moved, e.flops) for e in t.events)
+        merged.hbm_timeline.extend((ts + shift, nbytes) for ts, nbytes in t.hbm_timeline)
+        merged.events_dropped += t.events_dropped
+    return merged
+
+
+class Profile:
+    """Tables, counters and views of one profiled run.
+
+    ``meta`` carries how the run was made (device, target, compiled, wall_time_s, ...);
+    ``result`` holds what the profiled callable returned, when there was one.
+    """
+
+    def __init__(self, traces=(), graphs=(), *, meta: dict | None = None):
+        self.meta: dict = dict(meta or {})
+        self.result = None
+        self._attach(traces, graphs)
+
+    @classmethod
+    def coerce(cls, obj) -> "Profile":
+        """A Profile from a Profile, a Trace or a list of Traces."""
+        return obj if isinstance(obj, cls) else cls(obj)
+
+    def _attach(self, traces, graphs=()) -> None:
+        """(Re)fill the profile; used when a ``with profile()`` block ends."""
+        self.traces = [traces] if isinstance(traces, Trace) else list(traces)
+        self.graphs = [CompiledGraph.coerce(g) for g in graphs]
+        for name in ("trace", "ops", "instructions", "fallbacks", "timeline", "memory"):
+            self.__dict__.pop(name, None)
+
+    # -- data ------------------------------------------------------------------------------
+    @cached_property
+    def trace(self) -> Trace:
+        if not self.traces:
+            return Trace(target=str(self.meta.get("target", "")),
+                         device_kind=str(self.meta.get("device_kind", "neuron")))
+        return merge_traces(self.traces)
+
+    @property
+    def summary(self) -> dict:
+        out = self.trace.summary()
+        out["graph_count"] = len(self.graphs)
+        out["graph_break_count"] = sum(len(g.graph_breaks) for g in self.graphs)
+        if "wall_time_s" in self.meta:
+            out["host_wall_time"] = float(self.meta["wall_time_s"])
+        return out
+
+    @cached_property
+    def ops(self) -> pd.DataFrame:
+        records = self.trace.to_records()
+        if not records:     # keep the columns so filters and figures work on an empty run
+            return pd.DataFrame(columns=list(OpSummary(0, "", "op").to_record()))
+        return pd.DataFrame.from_records(records)
+
+    @cached_property
+    def instructions(self) -> pd.DataFrame:
+        """One row per kept instruction event (columns of ``Trace.event_records``)."""
+        ev = self.trace.events
+        start = [e.start_ns for e in ev]
+        end = [e.end_ns for e in ev]
+        frame = pd.DataFrame({
+            "start_ns": pd.Series(start, dtype="float64"),
+            "end_ns": pd.Series(end, dtype="float64"),
+            "engine": pd.Series([e.engine for e in ev], dtype="object"),
+            "opcode": pd.Series([e.opcode for e in ev], dtype="object"),
+            "op_index": pd.Series([e.op_index for e in ev], dtype="int64"),
+            "bytes_moved": pd.Series([e.bytes_moved for e in ev], dtype="int64"),
+            "flops": pd.Series([e.flops for e in ev], dtype="int64"),
+        })
+        frame.insert(2, "duration_ns", frame["end_ns"] - frame["start_ns"])
+        return frame
+
+    @cached_property
+    def timeline(self) -> dict:
+        """Engine track -> its instruction rows, tracks in the target's display order."""
+        frame = self.instructions
+        groups = dict(tuple(frame.groupby("engine", sort=False))) if len(frame) else {}
+        order = [e for e in self.trace.engines if e in groups] + sorted(set(groups) - set(self.trace.engines))
+        return {engine: groups[engine].reset_index(drop=True) for engine in order}
+
+    @cached_property
+    def memory(self) -> dict:
+        """Whole-run traffic per level, peak HBM allocation and the allocation timeline."""
+        ops = self.ops
+        out = {}
+        for level in _MEMORY_LEVELS:
+            for way in ("read", "write"):
+                col = f"{level}_{way}_bytes"
+                out[col] = int(ops[col].sum()) if col in ops else 0
+        timeline = pd.DataFrame(self.trace.hbm_timeline, columns=["time_ns", "allocated_bytes"])
+        out["hbm_peak_allocated_bytes"] = int(timeline["allocated_bytes"].max()) if len(timeline) else 0
+        out["hbm_timeline"] = timeline
+        return out
+
+    @cached_property
+    def fallbacks(self) -> pd.DataFrame:
+        """Ops that ran on the host: count and cost per op name, costliest first."""
+        ops = self.ops
+        cols = ["name", "count", "time_ns", "host_busy_ns", "hbm_bytes", "sources"]
+        if not len(ops):
+            return pd.DataFrame(columns=cols)
+        fb = ops[ops["kind"] == "fallback"]
+        if not len(fb):
+            return pd.DataFrame(columns=cols)
+        host = fb["host_busy_ns"] if "host_busy_ns" in fb else 0.0
+        fb = fb.assign(host_busy_ns=host, source=fb["source"].fillna(""))
+        table = fb.groupby("name", sort=False).agg(
+            count=("op_index", "size"), time_ns=("time_ns", "sum"), host_busy_ns=("host_busy_ns", "sum"),
+            hbm_bytes=("hbm_bytes", "sum"),
+            sources=("source", lambda s: ", ".join(sorted({x for x in s if x}))))
+        return table.reset_index().sort_values("time_ns", ascending=False, ignore_index=True)
+
+    # -- views -----------------------------------------------------------------------------
+    def figures(self) -> dict:
+        """Every figure of the dashboard, by name (graph views one per compiled graph)."""
+        from workbench import figures
+        return figures.profile_figures(self)
+
+    def _repr_html_(self) -> str:
+        from workbench.format import summary_rows
+        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+                       f"<td style='text-align:right'>{html.escape(v)}</td></tr>"
+                       for k, v in summary_rows(self.summary))
+        title = html.escape(f"Profile: {self.trace.device_kind} {self.trace.target}")
+        return f"<table><caption style='text-align:left'><b>{title}</b></caption>{rows}</table>"
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (f"Profile({s['device_kind']} {s['target']}: {s['op_count']} ops, "
+                f"{s['total_time'] * 1e6:.1f} us simulated, {len(self.graphs)} graphs)")
+
+    def show(self):
+        """Display the dashboard (Jupyter) and return it."""
+        from workbench.widgets import Dashboard
+        dash = Dashboard(self)
+        dash.display()
+        return dash
+
+    # -- files -----------------------------------------------------------------------------
+    def save_html(self, path) -> Path:
+        from workbench.report import save_html
+        return save_html(self, path)
+
+    def export_chrome_trace(self, path, *, max_events: int | None = None, full: bool = False) -> Path:
+        from workbench.export import export_chrome_trace
+        return export_chrome_trace(self, path, max_events=max_events, full=full)
+
+    def to_csv(self, directory) -> Path:
+        from workbench.tables import write_tables
+        return write_tables(self, directory, fmt="csv")
+
+    def to_parquet(self, directory) -> Path:
+        from workbench.tables import write_tables
+        return write_tables(self, directory, fmt="parquet")
+
+    @classmethod
+    def load(cls, path) -> "Profile":
+        """Read a Chrome trace written by ``export_chrome_trace`` or a ``to_csv``/``to_parquet`` folder."""
+        from workbench.export import load_trace
+        return load_trace(path)

@@ -1,0 +1,142 @@
+"""``profile()``: record what runs on a simulated device and hand back a Profile.
+
+    with wb.profile(target="trn2") as prof:   # prof fills in when the block ends
+        y = model(x)
+    prof = wb.profile(fn, x, device="cuda")   # runs fn(x); prof.result is its return value
+
+A session sink (the NeuronCore ``EagerSession`` or the GPU ``GpuSession``) is subscribed to the
+device's op stream with ``backend.device.recording.recording``; compiled graphs registered by
+the compile layer while the block ran are attached to the Profile.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from workbench.profile import Profile
+
+__all__ = ["profile", "ProfileSession", "SIMULATED_DEVICES", "DEFAULT_TARGETS", "make_sink", "default_device"]
+
+log = logging.getLogger(__name__)
+
+SIMULATED_DEVICES = ("neuron", "cuda")
+DEFAULT_TARGETS = {"neuron": "trn2", "cuda": "h100"}
+
+
+def make_sink(device: str, target: str | None = None):
+    """The simulator session that costs ops for ``device`` ("neuron" or "cuda")."""
+    target = target or DEFAULT_TARGETS.get(device)
+    if device == "neuron":
+        from backend.lowering import EagerSession
+        return EagerSession(target=target)
+    if device == "cuda":
+        from backend.sim.gpu import GpuSession
+        return GpuSession(preset=target)
+    raise ValueError(f"no simulator for device {device!r}: profile() supports {SIMULATED_DEVICES}; "
+                     "use compare() for measured CPU wall time")
+
+
+def _compiled_graphs() -> list:
+    """Every graph the compile layer has registered so far (empty until that layer exists)."""
+    try:
+        from backend.compile.registry import compiled_graphs
+    except ImportError:
+        return []
+    return list(compiled_graphs())
+
+
+@contextlib.contextmanager
+def default_device(device: str, target: str | None = None):
+    """Make ``device`` the default for new tensors while the block runs."""
+    try:
+        from workbench.devices import use_device
+    except ImportError:
+        use_device = None
+    if use_device is not None:
+        with use_device(device, target=target):
+            yield
+        return
+    import torch
+    previous = torch.get_default_device()
+    torch.set_default_device(device)
+    try:
+        yield
+    finally:
+        torch.set_default_device(previous)
+
+
+class _OpCounter:
+    """A second sink that only counts ops and kernels, for progress bars."""
+
+    def __init__(self, on_op: Callable[[int], None]):
+        self.on_op = on_op
+        self.count = 0
+
+    def feed(self, record) -> None:
+        self.count += 1
+        self.on_op(self.count)
+
+    def feed_kernel(self, name, records, internal_bytes_saved=0, nodes=()) -> None:
+        self.feed(None)
+
+
+class ProfileSession:
+    """Context manager behind ``profile()``: ``__enter__`` returns the Profile it fills on exit."""
+
+    def __init__(self, device: str = "neuron", target: str | None = None, *, source: bool = True,
+                 on_op: Callable[[int], None] | None = None, meta: dict | None = None):
+        if device not in SIMULATED_DEVICES:
+            make_sink(device)            # raises the explanatory ValueError
+        self.device = device
+        self.target = target or DEFAULT_TARGETS[device]
+        self.source = source
+        self.on_op = on_op
+        self.profile = Profile(meta={"device": device, "target": self.target, "device_kind": device,
+                                     **(meta or {})})
+        self._stack: contextlib.ExitStack | None = None
+
+    def __enter__(self) -> Profile:
+        from backend.device.recording import recording
+        self.sink = make_sink(self.device, self.target)
+        if self.device == "neuron":
+            import backend.device as device_layer
+            if getattr(device_layer.get_target(), "name", None) != self.target:
+                device_layer.set_target(self.target)
+        self._graphs_before = len(_compiled_graphs())
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(recording(self.sink, with_source=self.source))
+        if self.on_op is not None:
+            self._stack.enter_context(recording(_OpCounter(self.on_op)))
+        self._start = time.perf_counter()
+        return self.profile
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        wall = time.perf_counter() - self._start
+        self._stack.close()
+        self.profile.meta["wall_time_s"] = wall
+        graphs = _compiled_graphs()[self._graphs_before:]
+        # Keep what ran before an exception: a partial profile helps find the failing op.
+        self.profile._attach([self.sink.trace], graphs)
+        if exc_type is not None:
+            self.profile.meta["error"] = f"{exc_type.__name__}: {exc}"
+        log.debug("profiled %d ops on %s %s in %.3f s", len(self.sink.trace.ops), self.device, self.target, wall)
+        return False
+
+
+def profile(fn: Callable | None = None, *args, target: str | None = None, device: str = "neuron",
+            source: bool = True, on_op: Callable[[int], None] | None = None, **kwargs):
+    """Profile ``fn(*args, **kwargs)`` on ``device``, or return a context manager when ``fn`` is None.
+
+    ``target`` defaults to trn2 for neuron and h100 for cuda; ``source`` records user source
+    lines per op; ``on_op(count)`` is called after every recorded op (progress bars).
+    """
+    session = ProfileSession(device, target, source=source, on_op=on_op)
+    if fn is None:
+        if args or kwargs:
+            raise TypeError("profile() got arguments for fn but no fn")
+        return session
+    with session as prof:
+        prof.result = fn(*args, **kwargs)
+    return prof

@@ -1,0 +1,68 @@
+"""Tables of a Profile as files: CSV or Parquet folders that ``load_trace`` reads back.
+
+A folder holds ``ops``, ``instructions`` and ``fallbacks`` tables plus ``profile.json`` (trace
+header, summary, compiled graphs, meta), so it is both spreadsheet-friendly and reloadable.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.profile import EVENT_COLUMNS
+from workbench.records import json_safe, trace_from_parts, trace_header
+
+__all__ = ["write_tables", "load_tables", "TABLE_FORMATS"]
+
+log = logging.getLogger(__name__)
+
+TABLE_FORMATS = ("csv", "parquet")
+_META_FILE = "profile.json"
+
+
+def write_tables(profile, directory, *, fmt: str = "csv") -> Path:
+    """Write ops/instructions/fallbacks as ``fmt`` files and profile.json into ``directory``."""
+    if fmt not in TABLE_FORMATS:
+        raise ValueError(f"fmt must be one of {TABLE_FORMATS}, not {fmt!r}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("ops", "instructions", "fallbacks"):
+        frame = getattr(profile, name)
+        target = directory / f"{name}.{fmt}"
+        if fmt == "csv":
+            frame.to_csv(target, index=False)
+        else:
+            frame.to_parquet(target, index=False)
+    meta = {"trace": trace_header(profile.trace), "summary": json_safe(profile.summary),
+            "graphs": [g.to_dict() for g in profile.graphs], "meta": json_safe(profile.meta), "format": fmt}
+    (directory / _META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    log.info("wrote %s tables to %s", fmt, directory)
+    return directory
+
+
+def _read(directory: Path, name: str, fmt: str) -> pd.DataFrame:
+    path = directory / f"{name}.{fmt}"
+    if not path.exists():
+        raise ValueError(f"{directory}: missing {path.name}; not a complete workbench table folder")
+    return pd.read_csv(path, keep_default_na=False, na_values=[""]) if fmt == "csv" else pd.read_parquet(path)
+
+
+def load_tables(directory):
+    """A Profile from a folder written by ``write_tables``."""
+    from workbench.profile import Profile
+    directory = Path(directory)
+    meta_path = directory / _META_FILE
+    if not meta_path.exists():
+        raise ValueError(f"{directory}: no {_META_FILE}; not a folder written by Profile.to_csv/to_parquet")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        fmt = meta.get("format", "csv")
+        ops = _read(directory, "ops", fmt)
+        events = _read(directory, "instructions", fmt)
+        rows = events.loc[:, [c for c in EVENT_COLUMNS if c != "duration_ns"]].itertuples(index=False, name=None)
+        trace = trace_from_parts(meta["trace"], ops.to_dict("records"), rows)
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{directory}: damaged workbench table folder ({type(exc).__name__}: {exc})") from exc
+    return Profile([trace], meta.get("graphs") or [], meta=meta.get("meta") or {})
