@@ -20,14 +20,15 @@ def test_records_name_shapes_dtypes_and_views(neuron):
         c = torch.mm(a, b)
         v = c.view(32)
         v.add_(1.0)
+        c.sum(dim=1, keepdim=True)
     names = [r.name for r in sink.records]
-    assert names == ["aten::mm", "aten::view", "aten::add_"]
+    assert names == ["aten::mm", "aten::view", "aten::add_", "aten::sum"]
     mm = sink.records[0]
     assert [t.shape for t in mm.inputs] == [(8, 16), (16, 4)]
     assert mm.outputs[0].shape == (8, 4) and mm.outputs[0].dtype == "float32"
     assert mm.outputs[0].nbytes == 8 * 4 * 4
     assert sink.records[1].is_view and not mm.is_view
-    assert sink.records[2].attrs == {"other": 1.0}
+    assert sink.records[3].attrs == {"dim": [1], "keepdim": True}
     assert [r.index for r in sink.records] == sorted(r.index for r in sink.records)
 
 
