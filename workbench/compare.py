@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from workbench.format import fmt_bytes, fmt_time_s
-from workbench.session import DEFAULT_TARGETS, SIMULATED_DEVICES, default_device, profile
+from workbench.session import DEFAULT_TARGETS, SIMULATED_DEVICES, compiled_graphs, default_device, profile
 
 __all__ = ["compare", "Comparison", "COMPARISON_COLUMNS"]
 
@@ -115,10 +115,11 @@ def compare(fn: Callable, devices: Sequence[str] = ("cpu", "cuda", "neuron"), co
                 run = _compiled(fn, device, backend) if compiled else fn
                 call = (lambda run=run, device=device: run(device)) if with_device else run
                 with default_device(device, target):
+                    graphs_before = len(compiled_graphs())
                     if compiled:
                         call()          # compile outside the measurement
                     if device in SIMULATED_DEVICES:
-                        prof = profile(call, device=device, target=target)
+                        prof = profile(call, device=device, target=target, graphs_since=graphs_before)
                         prof.meta["compiled"] = bool(compiled)
                         profiles[label], results[label] = prof, prof.result
                         rows.append(_row(label, device, target, bool(compiled), prof.summary["total_time"],

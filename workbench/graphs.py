@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["GraphNode", "CompiledGraph", "layered_layout"]
+__all__ = ["GraphNode", "CompiledGraph", "expand_graphs", "layered_layout"]
 
 
 @dataclass(slots=True)
@@ -79,6 +79,22 @@ class CompiledGraph:
             raise TypeError(f"cannot read a compiled graph from {type(obj).__name__}: "
                             "expected nodes/edges or an fx graph")
         return cls.from_dict(data)
+
+
+def expand_graphs(objs) -> list:
+    """CompiledGraphs from what the compile layer registers: one per AOTAutograd part
+    (forward/backward/inference) of a registry entry with ``parts`` and ``describe(part)``,
+    otherwise one per object."""
+    out = []
+    for obj in objs:
+        parts = getattr(obj, "parts", None)
+        if isinstance(parts, dict) and parts and callable(getattr(obj, "describe", None)):
+            out.extend(CompiledGraph.from_dict(obj.describe(part)) for part in parts)
+        elif callable(getattr(obj, "describe", None)) and not isinstance(obj, (dict, CompiledGraph)):
+            out.append(CompiledGraph.from_dict(obj.describe()))
+        else:
+            out.append(CompiledGraph.coerce(obj))
+    return out
 
 
 def _node_from(obj: Any) -> GraphNode:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from backend.sim.trace import InstructionEvent, OpSummary, Trace
-from workbench.graphs import CompiledGraph
+from workbench.graphs import expand_graphs
 
 __all__ = ["Profile", "merge_traces", "EVENT_COLUMNS"]
 
@@ -69,7 +69,7 @@ class Profile:
     def _attach(self, traces, graphs=()) -> None:
         """(Re)fill the profile; used when a ``with profile()`` block ends."""
         self.traces = [traces] if isinstance(traces, Trace) else list(traces)
-        self.graphs = [CompiledGraph.coerce(g) for g in graphs]
+        self.graphs = expand_graphs(graphs)
         for name in ("trace", "ops", "instructions", "fallbacks", "timeline", "memory"):
             self.__dict__.pop(name, None)
 

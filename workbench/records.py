@@ -6,13 +6,14 @@ functions rebuild the dataclasses so a loaded Profile behaves like a fresh one.
 from __future__ import annotations
 
 import math
+from dataclasses import MISSING, fields
 
 from backend.sim.trace import InstructionEvent, OpSummary, Trace
 
 __all__ = ["trace_header", "op_from_record", "trace_from_parts", "json_safe"]
 
-_INT_FIELDS = ("hbm_read_bytes", "hbm_write_bytes", "sbuf_read_bytes", "sbuf_write_bytes",
-               "psum_read_bytes", "psum_write_bytes", "flops", "instruction_count")
+# Dict fields of OpSummary flatten into one column per engine class with these suffixes.
+_DICT_SUFFIXES = {"busy_ns": "_busy_ns", "instruction_counts": "_instructions"}
 
 
 def trace_header(trace: Trace) -> dict:
@@ -28,19 +29,33 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
+def _column_dict(rec: dict, suffix: str, cast) -> dict:
+    return {key[:-len(suffix)]: cast(value) for key, value in rec.items()
+            if key.endswith(suffix) and not _missing(value) and value}
+
+
+def _field_value(f, rec: dict):
+    """Read dataclass field ``f`` back from a record, by its annotation (the schema may grow)."""
+    if f.name in _DICT_SUFFIXES:
+        return _column_dict(rec, _DICT_SUFFIXES[f.name], float if f.name == "busy_ns" else int)
+    value = rec.get(f.name)
+    if f.name == "nodes":
+        return tuple(n for n in str(value).split(",") if n) if not _missing(value) else ()
+    kind = str(f.type)
+    if "None" in kind:
+        return None if _missing(value) or value == "" else str(value)
+    if kind == "int":
+        return 0 if _missing(value) else int(value)
+    if kind == "float":
+        return 0.0 if _missing(value) else float(value)
+    if kind == "str":
+        return "" if _missing(value) else str(value)
+    return f.default if f.default is not MISSING else f.default_factory()
+
+
 def op_from_record(rec: dict) -> OpSummary:
     """Inverse of ``OpSummary.to_record`` (tolerates CSV's NaN for empty strings)."""
-    busy = {key[:-len("_busy_ns")]: float(value) for key, value in rec.items()
-            if key.endswith("_busy_ns") and not _missing(value) and float(value)}
-    nodes = rec.get("nodes")
-    text = {key: ("" if _missing(rec.get(key)) else str(rec.get(key))) for key in ("input_shapes", "output_shapes")}
-    return OpSummary(
-        op_index=int(rec["op_index"]), name=str(rec["name"]), kind=str(rec["kind"]),
-        start_ns=float(rec["start_ns"]), end_ns=float(rec["end_ns"]), busy_ns=busy,
-        **{key: int(rec.get(key) or 0) for key in _INT_FIELDS},
-        **text,
-        source=None if _missing(rec.get("source")) or rec.get("source") == "" else str(rec["source"]),
-        nodes=tuple(n for n in str(nodes).split(",") if n) if not _missing(nodes) else ())
+    return OpSummary(**{f.name: _field_value(f, rec) for f in fields(OpSummary)})
 
 
 def trace_from_parts(header: dict, op_records, event_rows) -> Trace:

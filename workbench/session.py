@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 from workbench.profile import Profile
 
-__all__ = ["profile", "ProfileSession", "SIMULATED_DEVICES", "DEFAULT_TARGETS", "make_sink", "default_device"]
+__all__ = ["profile", "ProfileSession", "SIMULATED_DEVICES", "DEFAULT_TARGETS", "make_sink", "default_device",
+           "compiled_graphs"]
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def make_sink(device: str, target: str | None = None):
                      "use compare() for measured CPU wall time")
 
 
-def _compiled_graphs() -> list:
+def compiled_graphs() -> list:
     """Every graph the compile layer has registered so far (empty until that layer exists)."""
     try:
         from backend.compile.registry import compiled_graphs
@@ -86,7 +87,8 @@ class ProfileSession:
     """Context manager behind ``profile()``: ``__enter__`` returns the Profile it fills on exit."""
 
     def __init__(self, device: str = "neuron", target: str | None = None, *, source: bool = True,
-                 on_op: Callable[[int], None] | None = None, meta: dict | None = None):
+                 on_op: Callable[[int], None] | None = None, meta: dict | None = None,
+                 graphs_since: int | None = None):
         if device not in SIMULATED_DEVICES:
             make_sink(device)            # raises the explanatory ValueError
         self.device = device
@@ -96,6 +98,8 @@ class ProfileSession:
         self.profile = Profile(meta={"device": device, "target": self.target, "device_kind": device,
                                      **(meta or {})})
         self._stack: contextlib.ExitStack | None = None
+        # Graphs compiled by a warm-up run before the block still belong to this profile.
+        self._graphs_since = graphs_since
 
     def __enter__(self) -> Profile:
         from backend.device.recording import recording
@@ -104,7 +108,7 @@ class ProfileSession:
             import backend.device as device_layer
             if getattr(device_layer.get_target(), "name", None) != self.target:
                 device_layer.set_target(self.target)
-        self._graphs_before = len(_compiled_graphs())
+        self._graphs_before = len(compiled_graphs()) if self._graphs_since is None else self._graphs_since
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(recording(self.sink, with_source=self.source))
         if self.on_op is not None:
@@ -116,7 +120,7 @@ class ProfileSession:
         wall = time.perf_counter() - self._start
         self._stack.close()
         self.profile.meta["wall_time_s"] = wall
-        graphs = _compiled_graphs()[self._graphs_before:]
+        graphs = compiled_graphs()[self._graphs_before:]
         # Keep what ran before an exception: a partial profile helps find the failing op.
         self.profile._attach([self.sink.trace], graphs)
         if exc_type is not None:
@@ -126,13 +130,16 @@ class ProfileSession:
 
 
 def profile(fn: Callable | None = None, *args, target: str | None = None, device: str = "neuron",
-            source: bool = True, on_op: Callable[[int], None] | None = None, **kwargs):
+            source: bool = True, on_op: Callable[[int], None] | None = None, graphs_since: int | None = None,
+            **kwargs):
     """Profile ``fn(*args, **kwargs)`` on ``device``, or return a context manager when ``fn`` is None.
 
     ``target`` defaults to trn2 for neuron and h100 for cuda; ``source`` records user source
-    lines per op; ``on_op(count)`` is called after every recorded op (progress bars).
+    lines per op; ``on_op(count)`` is called after every recorded op (progress bars);
+    ``graphs_since`` (a ``len(compiled_graphs())`` taken earlier) attaches graphs compiled by a
+    warm-up run before the profile started.
     """
-    session = ProfileSession(device, target, source=source, on_op=on_op)
+    session = ProfileSession(device, target, source=source, on_op=on_op, graphs_since=graphs_since)
     if fn is None:
         if args or kwargs:
             raise TypeError("profile() got arguments for fn but no fn")

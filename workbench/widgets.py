@@ -85,6 +85,7 @@ class Dashboard:
         self.graph_select.options = [(g.name, i) for i, g in enumerate(profile.graphs)]
         self.graph_select.value = 0 if profile.graphs else None
         self._show_graph(self.graph_select.value)
+        self.op_select.value = None         # op indices of the old profile mean nothing here
         self._refresh_ops()
         return self
 
@@ -125,7 +126,12 @@ class Dashboard:
         listed = table.head(_MAX_LISTED_OPS)
         options = [(f"#{r.op_index:<5} {r.name:<32} {fmt_time_s(r.time_ns * 1e-9):>9}  {fmt_count(r.flops):>6} FLOP"
                     f"  {fmt_bytes(r.hbm_bytes):>10}  {r.kind}", int(r.op_index)) for r in listed.itertuples()]
+        # Setting options selects the first one; keep the user's choice instead (or none).
+        chosen = self.op_select.value
         self.op_select.options = options
+        self.op_select.value = chosen if any(v == chosen for _, v in options) else None
+        if self.op_select.value is None:
+            self.select_op(None)
         shown = f"{len(listed)} of {len(table)}" if len(table) > len(listed) else str(len(table))
         self.op_detail.value = f"<p>{shown} ops match; choose one to highlight it on the timeline.</p>"
         _replace_figure(self.utilisation, utilisation_figure(self.profile, sort=self.sort.value))
