@@ -23,19 +23,26 @@ CROSS_DEVICE_OPS = frozenset({
 })
 SIMULATED_DEVICE_TYPES = {"neuron"}   # "cuda" joins while CUDA emulation is on
 _HOST = torch.device("cpu")
+_MUTATES: dict = {}                   # op -> whether it may return one of its arguments
 
 
-class _Unwrapper:
-    """Collects the device of the wrapped arguments while swapping them for host tensors."""
+def _raise_mixed(first: torch.device, second: torch.device):
+    raise RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, "
+        f"{first} and {second}!")
+
+
+class _Args:
+    """Host-side arguments of one op, plus the device they came from."""
 
     __slots__ = ("device", "host_tensor", "inputs")
 
     def __init__(self):
         self.device = None
-        self.host_tensor = None
-        self.inputs = []
+        self.host_tensor = None     # first non-scalar CPU tensor among the arguments
+        self.inputs = []            # host tensors read by the op (for the recording)
 
-    def __call__(self, value):
+    def unwrap(self, value):
         if isinstance(value, DeviceTensor):
             device = value.device
             if self.device is None:
@@ -46,23 +53,18 @@ class _Unwrapper:
             self.inputs.append(inner)
             return inner
         if isinstance(value, torch.Tensor):
-            if value.dim() > 0 and self.host_tensor is None:
+            if self.host_tensor is None and value.dim() > 0:
                 self.host_tensor = value
             self.inputs.append(value)
             return value
-        if isinstance(value, (list, tuple)) and value and not isinstance(value[0], (int, float)):
-            return type(value)(self(v) for v in value)
+        if value.__class__ in (list, tuple) and value and not isinstance(value[0], (int, float)):
+            return value.__class__(self.unwrap(v) for v in value)
         return value
 
 
-def _raise_mixed(first: torch.device, second: torch.device):
-    raise RuntimeError(
-        f"Expected all tensors to be on the same device, but found at least two devices, "
-        f"{first} and {second}!")
-
-
 def dispatch(func, args, kwargs):
-    unwrap = _Unwrapper()
+    state = _Args()
+    unwrap = state.unwrap
     host_args = [unwrap(a) for a in args]
     target = None          # explicit device= argument (e.g. _to_copy(device=...))
     host_kwargs = {}
@@ -72,9 +74,9 @@ def dispatch(func, args, kwargs):
             host_kwargs[key] = _HOST if target.type in SIMULATED_DEVICE_TYPES else target
         else:
             host_kwargs[key] = unwrap(value)
-    device = unwrap.device
-    if unwrap.host_tensor is not None and func not in CROSS_DEVICE_OPS:
-        _raise_mixed(device, unwrap.host_tensor.device)
+    device = state.device
+    if state.host_tensor is not None and func not in CROSS_DEVICE_OPS:
+        _raise_mixed(device, state.host_tensor.device)
 
     try:
         out = func(*host_args, **host_kwargs)
@@ -86,11 +88,23 @@ def dispatch(func, args, kwargs):
             raise
         return decomposition(*args, **kwargs)
 
-    out_device = device if target is None else (target if target.type in SIMULATED_DEVICE_TYPES else None)
-    wrapped = _wrap_outputs(out, args, kwargs, out_device)
+    if target is not None:
+        device = target if target.type in SIMULATED_DEVICE_TYPES else None
+    mutates = _MUTATES.get(func)
+    if mutates is None:
+        mutates = _MUTATES[func] = func._schema.is_mutable or any(
+            r.alias_info is not None for r in func._schema.returns) and not func.is_view
+    if out.__class__ is torch.Tensor or isinstance(out, torch.Tensor):
+        wrapped = _wrap_returned(out, args, kwargs, device) if mutates else _wrap_new(out, device)
+    elif isinstance(out, (tuple, list)):
+        wrapped = out.__class__(
+            (_wrap_returned(o, args, kwargs, device) if mutates else _wrap_new(o, device))
+            if isinstance(o, torch.Tensor) else o for o in out)
+    else:
+        wrapped = out
     if recording._sinks and not recording._suspend_depth:
-        recording.emit(func, args, kwargs, unwrap.inputs, _host_outputs(out),
-                       transfer=_transfer_kind(func, args, device, out_device))
+        recording.emit(func, args, kwargs, state.inputs, _host_outputs(out),
+                       transfer=_transfer_kind(func, args, device))
     return wrapped
 
 
@@ -100,15 +114,11 @@ def _decomposition(func):
     return decomposition_table.get(func)
 
 
-def _wrap_outputs(out, args, kwargs, device):
-    if isinstance(out, torch.Tensor):
-        return _wrap_one(out, args, kwargs, device)
-    if isinstance(out, (tuple, list)):
-        return type(out)(_wrap_one(o, args, kwargs, device) if isinstance(o, torch.Tensor) else o for o in out)
-    return out
+def _wrap_new(out, device):
+    return out if device is None else wrap(out, device)
 
 
-def _wrap_one(out, args, kwargs, device):
+def _wrap_returned(out, args, kwargs, device):
     # In-place and out= ops return one of their arguments: hand back that very object.
     for a in (*args, *kwargs.values()):
         if a is out:
@@ -121,9 +131,7 @@ def _wrap_one(out, args, kwargs, device):
                     f"{list(out.shape)}; allocate out with the result's shape (resizing device "
                     f"tensors is not supported by the workbench)")
             return a
-    if device is None:
-        return out
-    return wrap(out, device)
+    return _wrap_new(out, device)
 
 
 def _host_outputs(out) -> list:
@@ -134,7 +142,7 @@ def _host_outputs(out) -> list:
     return []
 
 
-def _transfer_kind(func, args, device, out_device):
+def _transfer_kind(func, args, out_device):
     if func is aten.copy_.default:
         dst_on_device = isinstance(args[0], DeviceTensor)
         src_on_device = isinstance(args[1], DeviceTensor)

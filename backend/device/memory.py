@@ -6,7 +6,6 @@ refunded when the last device tensor that references it is garbage-collected.
 """
 from __future__ import annotations
 
-import threading
 import weakref
 from dataclasses import dataclass, field
 
@@ -39,9 +38,8 @@ class DeviceMemory:
     num_allocs: int = 0
     num_frees: int = 0
     num_ooms: int = 0
-    timeline: list = field(default_factory=list)     # (event index, allocated bytes) samples
     _refs: dict = field(default_factory=dict)        # storage key -> [refcount, nbytes]
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _watchers: dict = field(default_factory=dict)    # id(weakref) -> (weakref to host tensor, storage key)
 
     def check(self, nbytes: int) -> None:
         """Raise torch.OutOfMemoryError if ``nbytes`` more would not fit."""
@@ -54,37 +52,45 @@ class DeviceMemory:
                 f"({_fmt(self.capacity_bytes - self.allocated_bytes)} free). Free tensors "
                 f"(del, then gc.collect()) or pick a target with more HBM.")
 
-    def track(self, wrapper: torch.Tensor, inner: torch.Tensor) -> None:
-        """Count ``wrapper``'s storage; refund it once no device tensor references it."""
+    def track(self, inner: torch.Tensor) -> None:
+        """Count the storage of a new device tensor's host tensor; refund it when the last
+        host tensor on that storage dies.
+
+        The host tensor is watched rather than the wrapper: torch.utils.swap_tensors (used by
+        Module.to) refuses wrappers that carry weakrefs, and the host tensor dies with its
+        wrapper. No lock: dict updates are atomic under the GIL, and a lock could deadlock when
+        a weakref callback fires inside track().
+        """
         storage = inner.untyped_storage()
         key = storage.data_ptr() or id(storage)
-        with self._lock:
-            entry = self._refs.get(key)
-            if entry is None:
-                nbytes = storage.nbytes()
-                self.check(nbytes)
-                entry = self._refs[key] = [0, nbytes]
-                self.allocated_bytes += nbytes
-                self.reserved_bytes += _rounded(nbytes)
-                self.num_allocs += 1
-                self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
-                self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
-            entry[0] += 1
-        # Watch the host tensor, not the wrapper: torch.utils.swap_tensors (Module.to) refuses
-        # wrappers that carry weakrefs, and the host tensor dies with its wrapper anyway.
-        weakref.finalize(inner, self._release, key)
+        entry = self._refs.get(key)
+        if entry is None:
+            nbytes = storage.nbytes()
+            self.check(nbytes)
+            entry = self._refs[key] = [0, nbytes]
+            self.allocated_bytes += nbytes
+            self.reserved_bytes += _rounded(nbytes)
+            self.num_allocs += 1
+            if self.allocated_bytes > self.peak_allocated_bytes:
+                self.peak_allocated_bytes = self.allocated_bytes
+            if self.reserved_bytes > self.peak_reserved_bytes:
+                self.peak_reserved_bytes = self.reserved_bytes
+        entry[0] += 1
+        # Keyed by id: two weakrefs to one live tensor compare equal.
+        ref = weakref.ref(inner, self._on_host_tensor_freed)
+        self._watchers[id(ref)] = (ref, key)
 
-    def _release(self, key) -> None:
-        with self._lock:
-            entry = self._refs.get(key)
-            if entry is None:
-                return
-            entry[0] -= 1
-            if entry[0] == 0:
-                del self._refs[key]
-                self.allocated_bytes -= entry[1]
-                self.reserved_bytes -= _rounded(entry[1])
-                self.num_frees += 1
+    def _on_host_tensor_freed(self, ref) -> None:
+        _, key = self._watchers.pop(id(ref), (None, None))
+        entry = self._refs.get(key)
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] == 0:
+            del self._refs[key]
+            self.allocated_bytes -= entry[1]
+            self.reserved_bytes -= _rounded(entry[1])
+            self.num_frees += 1
 
     def reset_peak(self) -> None:
         self.peak_allocated_bytes = self.allocated_bytes

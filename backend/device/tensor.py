@@ -23,6 +23,9 @@ class DeviceTensor(torch.Tensor):
         out._inner = inner
         return out
 
+    # Only __torch_dispatch__ matters; skipping the __torch_function__ layer halves per-op cost.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
     # Dispatch lives in its own module; bound here so PyTorch finds it on the class.
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -60,12 +63,10 @@ def _rebuild_device_tensor(host: torch.Tensor, device: str, requires_grad: bool 
 
 
 def wrap(inner: torch.Tensor, device: torch.device) -> DeviceTensor:
-    from .memory import memory_for
-
     out = DeviceTensor(inner, device)
-    pool = memory_for(device.type)
+    pool = _POOLS.get(device.type)
     if pool is not None:
-        pool.track(out, inner)
+        pool.track(inner)
     return out
 
 
@@ -75,5 +76,6 @@ def unwrap_to_host(t: torch.Tensor) -> torch.Tensor:
 
 
 from .dispatch import dispatch as _dispatch  # noqa: E402  (dispatch imports DeviceTensor)
+from .memory import _POOLS  # noqa: E402
 
 torch.serialization.add_safe_globals([_rebuild_device_tensor])

@@ -1,0 +1,109 @@
+"""Turning CUDA emulation on and off.
+
+``enable()`` applies every change through one :class:`Patcher`; ``disable()`` undoes them in
+reverse order, so torch's attributes, dispatch registrations and c10's device-guard slot are
+exactly what they were before. One PyTorch latch cannot be undone: the first ``device="cuda"``
+request that reaches C++ marks CUDA as lazily initialised for the life of the process (PyTorch
+has no API to clear it), so after ``disable()`` such a request fails inside the dispatcher
+("Could not run ... with arguments from the 'CUDA' backend") rather than with "Torch not
+compiled with CUDA enabled"; ``torch.cuda.is_available()`` is False again either way.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+
+import torch
+
+from .. import dispatch, memory, recording
+from ..factories import register_factories, unregister_factories
+from ..registration import register
+from . import autocast, compile_routing, cuda_api, guard, tensors
+from .device import EmulatedDevice, set_active
+from .patcher import Patcher
+
+__all__ = ["enable", "disable", "is_enabled", "emulate_cuda", "current"]
+
+log = logging.getLogger(__name__)
+_lock = threading.RLock()
+_state: dict = {"device": None, "patcher": None}
+
+
+def is_enabled() -> bool:
+    return _state["device"] is not None
+
+
+def current() -> EmulatedDevice | None:
+    """The emulated device while emulation is on (its ``session`` holds the simulated trace)."""
+    return _state["device"]
+
+
+def enable(preset="h100", redirect: bool = False, session=None) -> EmulatedDevice:
+    """Make CUDA-written code run on a simulated device in this CPU-only PyTorch.
+
+    preset: GPU cost-model preset ("a100", "h100", "h200" or a GpuConfig) when emulating.
+    redirect: run "cuda" work on the ``neuron`` device instead (tensors report neuron:0).
+    session: the simulator sink whose clock ``torch.cuda.Event`` reads (default: a fresh
+        ``GpuSession(preset)``, or the NeuronCore's eager session when redirecting).
+    """
+    with _lock:
+        if is_enabled():
+            raise RuntimeError("CUDA emulation is already on; disable() it before enabling it again")
+        if torch.backends.cuda.is_built():
+            raise RuntimeError("CUDA emulation is for CPU-only PyTorch builds; this one has CUDA")
+        register()
+        device = EmulatedDevice(preset, redirect, session)
+        backing = torch.device("neuron", 0)
+        patcher = Patcher()
+        try:
+            _apply(patcher, device, backing)
+        except BaseException:
+            patcher.restore()
+            raise
+        set_active(device)
+        _state.update(device=device, patcher=patcher)
+        log.info("CUDA emulation on: %s (%d patches)", device.name, len(patcher))
+        return device
+
+
+def _apply(patcher: Patcher, device: EmulatedDevice, backing: torch.device) -> None:
+    guard.install()
+    patcher.on_restore("c10 CUDA device guard", guard.uninstall)
+    register_factories("CUDA")
+    patcher.on_restore("aten CUDA allocators", lambda: unregister_factories("CUDA"))
+    patcher.add(dispatch.SIMULATED_DEVICE_TYPES, "cuda", "SIMULATED_DEVICE_TYPES")
+    # Wrappers are counted in the books of the device type they were made for: both names
+    # must find the emulated device's books.
+    patcher.setitem(memory._POOLS, "cuda", device.pool, "memory._POOLS")
+    patcher.setitem(memory._POOLS, "neuron", device.pool, "memory._POOLS")
+    cuda_api.install(patcher)
+    tensors.install(patcher, backing, device.reported)
+    autocast.install(patcher, backing.type)
+    compile_routing.install(patcher)
+    if device.session is not None:
+        stack = contextlib.ExitStack()
+        stack.enter_context(recording.recording(device.session))
+        patcher.on_restore("recording sink", stack.close)
+
+
+def disable() -> None:
+    """Undo every change ``enable()`` made. Tensors made while on stay valid (on neuron:0)."""
+    with _lock:
+        patcher = _state["patcher"]
+        if patcher is None:
+            return
+        set_active(None)
+        _state.update(device=None, patcher=None)
+        patcher.restore()
+        log.info("CUDA emulation off")
+
+
+@contextlib.contextmanager
+def emulate_cuda(preset="h100", redirect: bool = False, session=None):
+    """``with emulate_cuda("h100"):`` run CUDA-written code on the emulated device."""
+    device = enable(preset, redirect, session)
+    try:
+        yield device
+    finally:
+        disable()

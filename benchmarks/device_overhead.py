@@ -1,0 +1,112 @@
+"""Overhead of the neuron device itself (no simulation): ratios measured in one run.
+
+- tiny op (64x64 add) on neuron vs plain CPU eager, and vs a no-op TorchDispatchMode (the floor
+  for any Python-dispatched device);
+- a small transformer forward+backward on neuron vs CPU eager;
+- peak host RSS of a model on neuron vs the same model on CPU (no shadow copies).
+Run: python -m benchmarks.device_overhead
+"""
+from __future__ import annotations
+
+import copy
+import gc
+import time
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import workbench  # noqa: F401
+
+
+class NoOpMode(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def per_call_us(fn, repeat: int = 2000) -> float:
+    for _ in range(50):
+        fn()
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(repeat // 5):
+            fn()
+        best = min(best, (time.perf_counter() - start) / (repeat // 5))
+    return best * 1e6
+
+
+def tiny_op() -> dict:
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    da, db = a.to("neuron"), b.to("neuron")
+    cpu = per_call_us(lambda: a + b)
+    with NoOpMode():
+        noop = per_call_us(lambda: a + b)
+    dev = per_call_us(lambda: da + db)
+    return {"cpu_us": cpu, "noop_mode_us": noop, "neuron_us": dev}
+
+
+def small_transformer():
+    layer = torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+
+def transformer_step(repeat: int = 7) -> dict:
+    """Best-of-N forward+backward, CPU and neuron interleaved so machine noise hits both."""
+    torch.manual_seed(0)
+    model = small_transformer()
+    x = torch.randn(8, 128, 256)
+    runs = {"cpu": (model, x), "neuron": (copy.deepcopy(model).to("neuron"), x.to("neuron"))}
+    best = {name: float("inf") for name in runs}
+    for i in range(repeat + 1):
+        for name, (m, inp) in runs.items():
+            start = time.perf_counter()
+            m(inp).sum().backward()
+            if i:  # first round warms up
+                best[name] = min(best[name], time.perf_counter() - start)
+    return {"cpu_ms": best["cpu"] * 1e3, "neuron_ms": best["neuron"] * 1e3}
+
+
+def host_rss_ratio() -> dict:
+    """Peak RSS growth while building and running a ~100 MB model, CPU vs neuron, in subprocesses."""
+    import subprocess
+    import sys
+
+    # ru_maxrss is the process peak (KiB); the baseline is the peak after imports.
+    code = """
+import resource, torch, workbench, sys
+dev = sys.argv[1]
+torch.ones(1, device=dev) + 1
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+torch.manual_seed(0)
+m = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(24)])
+m.to(dev)
+with torch.no_grad():
+    m(torch.randn(16, 1024, device=dev))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)
+"""
+    out = {}
+    for dev in ("cpu", "neuron"):
+        res = subprocess.run([sys.executable, "-c", code, dev], capture_output=True, text=True, check=True)
+        out[f"{dev}_peak_rss_growth_mib"] = int(res.stdout.split()[-1]) / 1024
+    return out
+
+
+def main() -> None:
+    op = tiny_op()
+    print("device overhead (wall time, best of 5)")
+    print(f"  64x64 add: cpu {op['cpu_us']:.1f} us | no-op dispatch mode {op['noop_mode_us']:.1f} us | "
+          f"neuron {op['neuron_us']:.1f} us")
+    print(f"  neuron / cpu = {op['neuron_us'] / op['cpu_us']:.2f}x ; "
+          f"neuron / no-op dispatch mode = {op['neuron_us'] / op['noop_mode_us']:.2f}x (aim <= 1.5x)")
+    tf = transformer_step()
+    print(f"  transformer fwd+bwd (2 layers, d=256, 8x128 tokens): cpu {tf['cpu_ms']:.1f} ms | "
+          f"neuron {tf['neuron_ms']:.1f} ms | ratio {tf['neuron_ms'] / tf['cpu_ms']:.2f}x (aim <= 1.3x)")
+    gc.collect()
+    rss = host_rss_ratio()
+    print(f"  peak host RSS growth, 96 MiB model: cpu {rss['cpu_peak_rss_growth_mib']:.0f} MiB | "
+          f"neuron {rss['neuron_peak_rss_growth_mib']:.0f} MiB | ratio "
+          f"{rss['neuron_peak_rss_growth_mib'] / rss['cpu_peak_rss_growth_mib']:.2f}x (aim <= 1.1x)")
+
+
+if __name__ == "__main__":
+    main()
