@@ -1,0 +1,113 @@
+"""Which device unchanged model code runs on: CPU, the simulated NeuronCore, or emulated CUDA.
+
+``set_device("neuron", target="trn2")`` makes new tensors and modules land on ``neuron`` (the
+default device); ``set_device("cuda", target="h100")`` turns CUDA emulation on so CUDA-written
+code runs unmodified (``redirect=True`` runs it on ``neuron`` instead); ``set_device("cpu")``
+restores torch as it was. ``use_device(...)`` does the same for a block.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["DEVICES", "DeviceState", "set_device", "use_device", "active_device", "move", "available"]
+
+DEVICES = ("cpu", "neuron", "cuda")
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    device: str = "cpu"
+    target: str | None = None      # trn1/trn2/trn3 for neuron, a100/h100/h200 for cuda
+    redirect: bool = False         # cuda code running on neuron
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device("cpu" if self.device == "cpu" else f"{self.device}:0")
+
+    def describe(self) -> str:
+        if self.device == "cpu":
+            return "cpu (host eager, no simulation)"
+        if self.device == "neuron":
+            return f"neuron:0 (simulated {self.target} NeuronCore)"
+        where = "redirected to the neuron device" if self.redirect else f"emulated {self.target} GPU"
+        return f"cuda:0 ({where})"
+
+
+_state = {"current": DeviceState()}
+
+
+def active_device() -> DeviceState:
+    return _state["current"]
+
+
+def available() -> dict:
+    """Devices and the targets each accepts."""
+    from backend.sim.gpu import PRESETS
+    from backend.sim.presets import TARGETS as NEURON_PRESETS
+
+    return {"cpu": [], "neuron": sorted(NEURON_PRESETS), "cuda": sorted(PRESETS)}
+
+
+def set_device(device: str, target: str | None = None, *, redirect: bool = False) -> DeviceState:
+    """Make ``device`` the one that new tensors and modules land on. Returns the new state."""
+    from backend.device import cuda_emulation
+    from backend.device.neuron_module import get_target, set_target
+
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
+    if device == "cpu" and target is not None:
+        raise ValueError("the cpu device takes no target")
+    if redirect and device != "cuda":
+        raise ValueError("redirect applies to cuda only (CUDA-written code run on neuron)")
+    if device == "neuron":
+        config = set_target(target or "trn2")      # validates before anything changes
+        target = config.name
+    elif device == "cuda":
+        from backend.sim.gpu import get_gpu
+
+        target = get_gpu(target or "h100").name
+    if cuda_emulation.is_enabled():
+        cuda_emulation.disable()
+    if device == "cuda":
+        if redirect:
+            set_target(get_target())
+        cuda_emulation.enable(target, redirect=redirect)
+    torch.set_default_device(None if device == "cpu" else f"{device}:0")
+    _state["current"] = DeviceState(device, target, redirect)
+    return _state["current"]
+
+
+@contextlib.contextmanager
+def use_device(device: str, target: str | None = None, *, redirect: bool = False):
+    """``with use_device("neuron", "trn1"):`` run a block on a device, then restore the previous one."""
+    previous = active_device()
+    state = set_device(device, target, redirect=redirect)
+    try:
+        yield state
+    finally:
+        set_device(previous.device, previous.target, redirect=previous.redirect)
+
+
+def move(namespace: dict, names, device: str | torch.device | None = None) -> list[str]:
+    """Move named modules/tensors of ``namespace`` (e.g. a notebook's globals) to ``device``.
+
+    Modules move in place (``Module.to``); tensors are rebound to their moved copy. Returns the
+    names moved; an unknown name or a value that is neither raises ``ValueError``.
+    """
+    device = device or active_device().torch_device
+    moved = []
+    for name in names:
+        if name not in namespace:
+            raise ValueError(f"nothing named {name!r} to move")
+        value = namespace[name]
+        if isinstance(value, torch.nn.Module):
+            value.to(device)
+        elif isinstance(value, torch.Tensor):
+            namespace[name] = value.to(device)
+        else:
+            raise ValueError(f"{name!r} is a {type(value).__name__}, not a tensor or module")
+        moved.append(name)
+    return moved
