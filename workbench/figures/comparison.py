@@ -27,27 +27,30 @@ def comparison_figure(frame: pd.DataFrame, *, title: str = "Device comparison", 
     fig = _panels((f"time ({unit})", "HBM traffic (bytes)", "ops / kernels launched"))
     spread = frame["time_s"][frame["time_s"] > 0]
     log_time = len(spread) > 1 and spread.max() / spread.min() > 50
-    for compiled, rows in frame.groupby("compiled", sort=False):
+    # One x position per device/target; eager and compiled bars stand side by side in it.
+    config = (frame["device"].astype(str) + " " + frame["target"].fillna("").astype(str)).str.strip()
+    for compiled, rows in frame.assign(config=config).groupby("compiled", sort=False):
         mode = "compiled" if compiled else "eager"
         measured = rows["time_kind"] != "simulated"
         colour = _MODE_COLOURS[bool(compiled)]
-        fig.add_bar(row=1, col=1, x=rows["label"], y=rows["time_s"] * 1e9 / scale, name=mode, legendgroup=mode,
+        fig.add_bar(row=1, col=1, x=rows["config"], y=rows["time_s"] * 1e9 / scale, name=mode, legendgroup=mode,
                     marker={"color": colour, "pattern": {"shape": ["x" if m else "" for m in measured]}},
                     customdata=rows["time_kind"],
                     hovertemplate=f"%{{x}}<br>%{{y:.4g}} {unit} (%{{customdata}})<extra>{mode}</extra>")
-        fig.add_bar(row=1, col=2, x=rows["label"], y=rows["hbm_bytes"], name=mode, legendgroup=mode,
+        fig.add_bar(row=1, col=2, x=rows["config"], y=rows["hbm_bytes"], name=mode, legendgroup=mode,
                     showlegend=False, marker_color=colour,
                     hovertemplate=f"%{{x}}<br>%{{y:.4s}}B<extra>{mode}</extra>")
-        fig.add_bar(row=1, col=3, x=rows["label"], y=rows["op_count"], name=mode, legendgroup=mode,
+        fig.add_bar(row=1, col=3, x=rows["config"], y=rows["op_count"], name=mode, legendgroup=mode,
                     showlegend=False, marker_color=colour,
                     hovertemplate=f"%{{x}}<br>%{{y}} ops<extra>{mode}</extra>")
     note = "hatched: measured host wall time (no simulator on cpu); others: simulated device time"
-    base_layout(fig, f"{title}<br><sup>{note}</sup>", height=height, legend_title="mode")
+    base_layout(fig, f"{title}<br><sup>{note}</sup>", height=height, legend_title="mode", top=100)
     fig.update_layout(barmode="group")
-    fig.update_yaxes(row=1, col=1, title_text=f"time ({unit})", type="log" if log_time else "linear")
-    fig.update_yaxes(row=1, col=2, title_text="bytes", tickformat=".2s", ticksuffix="B")
+    fig.update_yaxes(row=1, col=1, title_text=f"time ({unit})", type="log" if log_time else "linear",
+                     dtick=1 if log_time else None)
+    fig.update_yaxes(row=1, col=2, title_text="bytes", tickformat="~s", ticksuffix="B")
     fig.update_yaxes(row=1, col=3, title_text="count")
-    fig.update_xaxes(title_text="device", tickangle=-20)
+    fig.update_xaxes(title_text="device")
     return fig
 
 
@@ -75,9 +78,9 @@ def profiles_figure(profiles: dict, *, title: str = "Eager vs compiled", height:
     fig.add_bar(row=1, col=3, x=labels, y=[s["op_count"] for s in summaries], name="launches",
                 marker_color="#7f7f7f", showlegend=False, hovertemplate="%{x}<br>%{y} launches<extra></extra>")
     times = ", ".join(f"{k}: {s['total_time'] * 1e9 / scale:.4g} {unit}" for k, s in zip(labels, summaries))
-    base_layout(fig, f"{title}<br><sup>simulated time {times}</sup>", height=height)
+    base_layout(fig, f"{title}<br><sup>simulated time {times}</sup>", height=height, top=100)
     fig.update_layout(barmode="stack")
     fig.update_yaxes(row=1, col=1, title_text=f"busy time ({unit})")
-    fig.update_yaxes(row=1, col=2, title_text="bytes", tickformat=".2s", ticksuffix="B")
+    fig.update_yaxes(row=1, col=2, title_text="bytes", tickformat="~s", ticksuffix="B")
     fig.update_yaxes(row=1, col=3, title_text="count")
     return fig

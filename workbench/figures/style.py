@@ -52,12 +52,16 @@ def time_scale(span_ns: float) -> tuple[float, str]:
     return 1.0, "ns"
 
 
-def base_layout(fig: go.Figure, title: str, *, height: int = 450, legend_title: str | None = None) -> go.Figure:
-    """Title, white template and margins that fit a ~900 px notebook column."""
+def base_layout(fig: go.Figure, title: str, *, height: int = 450, legend_title: str | None = None,
+                top: int = 60) -> go.Figure:
+    """Title, white template and margins that fit a ~900 px notebook column.
+
+    ``top``: room above the plot; subplot figures with a subtitle need ~100 px.
+    """
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"},
         template="plotly_white", height=height, autosize=True,
-        margin={"l": 70, "r": 20, "t": 60, "b": 55},
+        margin={"l": 70, "r": 20, "t": top, "b": 55},
         font={"size": 12}, hoverlabel={"namelength": -1},
         legend={"title": {"text": legend_title} if legend_title else None},
     )

@@ -114,7 +114,7 @@ def timeline_figure(profile, *, max_bars: int = 20_000, height: int | None = Non
                   "full detail: export_chrome_trace(full=True)</sup>")
     if profile.trace.events_dropped:
         title += f"<br><sup>{profile.trace.events_dropped:,} instructions beyond the trace's event cap not shown</sup>"
-    base_layout(fig, title, height=height or 120 + 24 * len(tracks))
+    base_layout(fig, title, height=height or max(300, 120 + 24 * len(tracks)), top=80)
     fig.update_layout(barmode="overlay", bargap=0.25, meta={"time_scale_ns": scale, "time_unit": unit})
     fig.update_xaxes(title_text=f"time ({unit})", rangemode="tozero", showgrid=True)
     fig.update_yaxes(title_text="engine / DMA queue", type="category", categoryorder="array",
