@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import recording
+from . import numerics, recording
 from .tensor import DeviceTensor, wrap
 
 __all__ = ["dispatch", "CROSS_DEVICE_OPS", "SIMULATED_DEVICE_TYPES"]
@@ -79,7 +79,11 @@ def dispatch(func, args, kwargs):
         _raise_mixed(device, state.host_tensor.device)
 
     try:
-        out = func(*host_args, **host_kwargs)
+        out = None
+        if numerics._enabled[0]:
+            out = numerics.maybe_autocast(func, host_args, host_kwargs)
+        if out is None:
+            out = func(*host_args, **host_kwargs)
     except NotImplementedError:
         # No host kernel (e.g. fused RNN cells PyTorch picks for accelerators): run the op's
         # decomposition on the device tensors, so its pieces are executed and recorded.

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from .memory import install_pool, memory_for
+from .numerics import hardware_numerics, hardware_numerics_enabled, set_hardware_numerics
 
 __all__ = [
     "is_available", "is_initialized", "device_count", "current_device", "set_device", "device",
@@ -19,6 +20,7 @@ __all__ = [
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "memory_stats", "memory_summary", "empty_cache",
     "set_target", "get_target", "NeuronDeviceProperties",
+    "set_hardware_numerics", "hardware_numerics_enabled", "hardware_numerics",
 ]
 
 DEFAULT_TARGET = "trn2"
