@@ -13,6 +13,7 @@ from collections.abc import Callable
 from math import prod
 
 from backend.sim.descriptors import OpRecord, TensorDesc
+from backend.sim.registry import Registry
 
 __all__ = [
     "flop_formula", "op_flops", "is_matmul_like", "op_min_bytes", "base_name",
@@ -20,8 +21,7 @@ __all__ = [
 ]
 
 FlopFormula = Callable[[OpRecord], int]
-_FORMULAS: dict[str, FlopFormula] = {}
-_MATMUL_LIKE: set[str] = set()
+_FORMULAS = Registry("FLOP formula")
 
 
 def base_name(name: str) -> str:
@@ -35,17 +35,7 @@ def base_name(name: str) -> str:
 def flop_formula(*names: str, matmul: bool = False) -> Callable[[FlopFormula], FlopFormula]:
     """Register ``fn(record) -> flops`` for op names; a name registered twice is an error."""
 
-    def register(fn: FlopFormula) -> FlopFormula:
-        for name in names:
-            key = base_name(name)
-            if key in _FORMULAS:
-                raise ValueError(f"duplicate FLOP formula for {key}")
-            _FORMULAS[key] = fn
-            if matmul:
-                _MATMUL_LIKE.add(key)
-        return fn
-
-    return register
+    return _FORMULAS.decorator(*(base_name(n) for n in names), tag="matmul" if matmul else None)
 
 
 def op_flops(record: OpRecord) -> int:
@@ -58,11 +48,11 @@ def op_flops(record: OpRecord) -> int:
 
 def is_matmul_like(name: str) -> bool:
     """True for ops whose FLOPs run on a matrix unit (TensorE / tensor cores)."""
-    return base_name(name) in _MATMUL_LIKE
+    return _FORMULAS.has_tag(base_name(name), "matmul")
 
 
 def registered_flop_ops() -> frozenset[str]:
-    return frozenset(_FORMULAS)
+    return _FORMULAS.keys()
 
 
 def storage_bytes(desc: TensorDesc) -> int:

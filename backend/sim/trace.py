@@ -9,11 +9,14 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["InstructionEvent", "OpSummary", "Trace", "ENGINE_CLASSES"]
+__all__ = ["InstructionEvent", "OpSummary", "Trace", "ENGINE_CLASSES", "TRAFFIC_FIELDS"]
 
 # Engine classes used for per-engine busy time. DMA queues are named "dma<q>" in events and
 # rolled up as "dma". The GPU model uses "tensor_core", "cuda_core", "hbm" and "copy".
 ENGINE_CLASSES = ("tensor", "vector", "scalar", "gpsimd", "dma", "host")
+# Memory-traffic counters an OpSummary carries (and simulator instructions report).
+TRAFFIC_FIELDS = ("hbm_read_bytes", "hbm_write_bytes", "sbuf_read_bytes", "sbuf_write_bytes",
+                  "psum_read_bytes", "psum_write_bytes")
 
 
 def engine_class(engine: str) -> str:
@@ -58,6 +61,12 @@ class OpSummary:
     output_shapes: str = ""
     source: str | None = None
     nodes: tuple = ()               # FX node names for compiled kernels
+    hardware_flops: int = 0         # FLOPs issued on the matrix unit (padding, transposes included)
+    instruction_counts: dict = field(default_factory=dict)   # engine class -> hardware instructions
+    sbuf_peak_bytes: int = 0        # on-chip footprint the lowering planned
+    psum_peak_bytes: int = 0
+    spill_bytes: int = 0            # fused-kernel intermediates that went to HBM and back
+    launch_overhead_ns: float = 0.0
 
     @property
     def time_ns(self) -> float:
@@ -75,8 +84,11 @@ class OpSummary:
     def to_record(self) -> dict:
         rec = asdict(self)
         busy = rec.pop("busy_ns")
+        counts = rec.pop("instruction_counts")
         for cls in sorted(set(ENGINE_CLASSES) | set(busy)):
             rec[f"{cls}_busy_ns"] = float(busy.get(cls, 0.0))
+        for cls in sorted(set(ENGINE_CLASSES) | set(counts)):
+            rec[f"{cls}_instructions"] = int(counts.get(cls, 0))
         rec["time_ns"] = self.time_ns
         rec["hbm_bytes"] = self.hbm_bytes
         rec["arithmetic_intensity"] = self.arithmetic_intensity
@@ -139,6 +151,12 @@ class Trace:
             return 100.0 * ns / (total_ns * tracks) if total_ns else 0.0
 
         mfu = 100.0 * flops / (self.peak_flops_per_s * total_s) if total_s and self.peak_flops_per_s else 0.0
+        hw_flops = sum(op.hardware_flops or op.flops for op in self.ops)
+        hfu = 100.0 * hw_flops / (self.peak_flops_per_s * total_s) if total_s and self.peak_flops_per_s else 0.0
+        counts: dict = defaultdict(int)
+        for op in self.ops:
+            for cls, n in op.instruction_counts.items():
+                counts[cls] += n
         mbu = 100.0 * (hbm_read + hbm_write) / (self.hbm_bytes_per_s * total_s) if total_s and self.hbm_bytes_per_s else 0.0
         tensor_busy = busy.get("tensor", busy.get("tensor_core", 0.0))
         out = {
@@ -151,8 +169,8 @@ class Trace:
             "instruction_count": sum(op.instruction_count for op in self.ops),
             "total_flops": flops,
             "mfu_estimated_percent": mfu,
-            # HFU: hardware FLOPs actually issued on TensorE; equals MFU without recompute.
-            "hfu_estimated_percent": mfu,
+            # HFU: FLOPs the matrix unit issued (tile padding, transposes and recompute included).
+            "hfu_estimated_percent": hfu,
             "mbu_estimated_percent": mbu,
             "hbm_read_bytes": hbm_read,
             "hbm_write_bytes": hbm_write,
@@ -167,7 +185,13 @@ class Trace:
             "dma_active_time_percent": pct(busy.get("dma", busy.get("hbm", 0.0)), dma_tracks if "dma" in busy else 1),
             "host_fallback_time_ns": busy.get("host", 0.0),
             "events_dropped": self.events_dropped,
+            "sbuf_peak_bytes": max((op.sbuf_peak_bytes for op in self.ops), default=0),
+            "psum_peak_bytes": max((op.psum_peak_bytes for op in self.ops), default=0),
+            "spill_bytes": sum(op.spill_bytes for op in self.ops),
+            "launch_overhead_ns": sum(op.launch_overhead_ns for op in self.ops),
         }
+        for cls in ENGINE_CLASSES:
+            out[f"{cls}_instruction_count"] = counts.get(cls, 0)
         return out
 
     def to_records(self) -> list[dict]:

@@ -1,0 +1,134 @@
+"""Data movement: copies and casts, concatenation, padding, allocations, host transfers, fallbacks.
+
+Contiguous copies are HBM->HBM DMAs (the DMA engines cast on the fly). A copy whose source
+runs are shorter than ``MIN_DMA_RUN_BYTES`` (a transpose or permute made contiguous) goes
+through SBUF and is transposed on TensorE in 128x128 blocks, as a compiler would, rather than
+paying one DMA descriptor per element. Host<->device transfers use the host link; an op
+nothing lowers runs on the host: its inputs go down, the host computes, its outputs come back.
+"""
+from __future__ import annotations
+
+from backend.lowering.builder import Builder, OpContext
+from backend.lowering.flops import op_flops, op_min_bytes
+from backend.lowering.registry import lowering
+from backend.lowering.stream import Stage, TileIO, elementwise_tiling, stream
+from backend.sim.descriptors import OpRecord, TensorDesc
+from backend.sim.ir import Program
+from backend.sim.presets import NeuronConfig
+
+__all__ = ["contiguous_run", "transfer_program", "fallback_program", "fallback_into", "copy_tensor",
+           "base_program", "MIN_DMA_RUN_BYTES"]
+
+MIN_DMA_RUN_BYTES = 512
+TRANSPOSE_BLOCK = 128
+
+
+def contiguous_run(t: TensorDesc) -> int:
+    """Elements in the innermost run that is contiguous in memory."""
+    if t.strides is None or t.is_contiguous:
+        return max(1, t.numel)
+    run, expected = 1, 1
+    for size, stride in zip(reversed(t.shape), reversed(t.strides)):
+        if size == 1:
+            continue
+        if stride != expected:
+            break
+        run *= size
+        expected *= size
+    return run
+
+
+def copy_tensor(ctx: OpContext, src_index: int, src: TensorDesc, dst: TensorDesc) -> None:
+    """Copy (and cast) ``src`` into the contiguous output ``dst``."""
+    if dst.numel == 0:
+        return
+    run_bytes = contiguous_run(src) * src.itemsize
+    if run_bytes >= MIN_DMA_RUN_BYTES or src.numel < TRANSPOSE_BLOCK:
+        ids = [ctx.b.dma(max(src.nbytes, dst.nbytes), src="hbm", dst="hbm", row_bytes=max(src.itemsize, run_bytes),
+                         src_bytes=src.nbytes, dst_bytes=dst.nbytes, deps=ctx.ready_deps(src_index))]
+        ctx.set_ready(0, ids)
+        return
+    tiles, parts, free = elementwise_tiling(dst.numel, dst.dtype, ctx.target)
+    blocks = max(1, free // TRANSPOSE_BLOCK)
+    stages = [Stage("tensor", "nc_transpose", TRANSPOSE_BLOCK, count=blocks, dtype=src.dtype, dst="psum",
+                    flops=2 * TRANSPOSE_BLOCK ** 3),
+              Stage("vector", "tensor_copy", min(free, 4 * TRANSPOSE_BLOCK), count=max(1, blocks // 4),
+                    dtype="float32", out_dtype=dst.dtype, src="psum")]
+    stream(ctx, tiles=tiles, partitions=parts, stages=stages,
+           loads=[TileIO(src_index, parts * free * src.itemsize, max(src.itemsize, run_bytes), parts)],
+           stores=[TileIO(0, parts * free * dst.itemsize, free * dst.itemsize, parts)])
+
+
+@lowering("aten::_to_copy", "aten::clone", "aten::contiguous", "aten::to", "aten::_copy_from",
+          "aten::permute_copy", "aten::transpose_copy", "aten::t_copy", "aten::expand_copy",
+          "aten::view_copy", "aten::_reshape_copy", "aten::alias_copy", "aten::lift_fresh_copy",
+          "aten::flip", "aten::roll", "aten::repeat", "aten::tile")
+def _copy(ctx: OpContext) -> None:
+    copy_tensor(ctx, 0, ctx.inputs[0], ctx.outputs[0] if ctx.outputs else ctx.inputs[0])
+
+
+@lowering("aten::copy_", "aten::_copy_from_and_resize")
+def _copy_into(ctx: OpContext) -> None:
+    # copy_(self, src): the source is the second argument; self is overwritten, not read.
+    src_index = 1 if len(ctx.inputs) > 1 else 0
+    copy_tensor(ctx, src_index, ctx.inputs[src_index], ctx.outputs[0] if ctx.outputs else ctx.inputs[0])
+
+
+@lowering("aten::cat", "aten::stack", "aten::constant_pad_nd", "aten::pad", "aten::hstack", "aten::vstack")
+def _assemble(ctx: OpContext) -> None:
+    """Each input is DMA'd into its slice of the output; slices run at the input's row length."""
+    for i, t in enumerate(ctx.inputs):
+        if t.numel == 0:
+            continue
+        dim = ctx.attrs.get("dim", 0) or 0
+        dim = dim % len(t.shape) if t.shape else 0
+        run = t.itemsize
+        for size in t.shape[dim:]:
+            run *= size
+        ctx.b.dma(t.nbytes, src="hbm", dst="hbm", row_bytes=max(t.itemsize, run), deps=ctx.ready_deps(i))
+
+
+@lowering("aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+          "aten::new_empty_strided", "aten::resize_", "aten::set_", "aten::detach_", free=True)
+def _allocate(ctx: OpContext) -> None:
+    """Allocations touch no device engine: only the allocator runs."""
+
+
+def _shapes(tensors) -> str:
+    return ", ".join(f"{t.dtype}{list(t.shape)}" for t in tensors)
+
+
+def base_program(record: OpRecord, target: NeuronConfig, kind: str) -> Program:
+    return Program(record.name, kind, launch_overhead_ns=0.0 if kind == "view" else target.launch_overhead_ns,
+                   flops=0 if kind == "transfer" else op_flops(record), input_shapes=_shapes(record.inputs),
+                   output_shapes=_shapes(record.outputs), source=record.source)
+
+
+def transfer_program(record: OpRecord, target: NeuronConfig) -> Program:
+    """Host<->device copy over the host link; the host waits for device->host reads."""
+    if record.transfer not in ("h2d", "d2h"):
+        raise ValueError(f"{record.name}: transfer must be 'h2d' or 'd2h', got {record.transfer!r}")
+    program = base_program(record, target, "transfer")
+    program.sync = record.transfer == "d2h"
+    tensors = record.outputs if record.transfer == "h2d" else record.inputs
+    nbytes = sum(t.nbytes for t in tensors) or sum(t.nbytes for t in (*record.inputs, *record.outputs))
+    src, dst = ("host", "hbm") if record.transfer == "h2d" else ("hbm", "host")
+    if nbytes:
+        Builder(program, target).dma(nbytes, src=src, dst=dst, row_bytes=nbytes)
+    return program
+
+
+def fallback_program(record: OpRecord, target: NeuronConfig) -> Program:
+    """Inputs device->host, host compute (roofline on host rates), outputs host->device."""
+    program = base_program(record, target, "fallback")
+    fallback_into(Builder(program, target), record)
+    return program
+
+
+def fallback_into(b: Builder, record: OpRecord) -> int:
+    """Append a host round trip for ``record``; the host waits for it. Returns the last id."""
+    b.program.sync = True
+    downs = tuple(b.dma(t.nbytes, src="hbm", dst="host", row_bytes=t.nbytes) for t in record.inputs if t.nbytes)
+    last = b.host("host_compute", flops=op_flops(record), nbytes=op_min_bytes(record), deps=downs)
+    ups = [b.dma(t.nbytes, src="host", dst="hbm", row_bytes=t.nbytes, deps=(last,)) for t in record.outputs if t.nbytes]
+    return ups[-1] if ups else last

@@ -1,0 +1,52 @@
+"""Eager lowering: one aten OpRecord -> one Program (inputs from HBM, outputs to HBM).
+
+Views cost nothing (kind "view"); host<->device copies are transfers; an op that nothing
+lowers, or that the device ran on the host, becomes a host fallback (transfers both ways plus
+host compute) so it is never silently free. Every device program pays the launch overhead.
+"""
+from __future__ import annotations
+
+import logging
+
+from backend.lowering.builder import Builder, OpContext
+from backend.lowering.data import base_program, fallback_program, transfer_program
+from backend.lowering.registry import is_free_op, lowering_for
+from backend.sim.descriptors import OpRecord
+from backend.sim.ir import Program
+from backend.sim.presets import NeuronConfig, get_target
+
+__all__ = ["lower", "lower_into"]
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def lower_into(ctx: OpContext) -> bool:
+    """Append the op's instructions to ``ctx.b``; False when nothing lowers it."""
+    fn = lowering_for(ctx.record.name)
+    if fn is None or ctx.record.fallback:
+        return False
+    before = len(ctx.b.program.instructions)
+    fn(ctx)
+    emitted = len(ctx.b.program.instructions) > before
+    empty = all(t.numel == 0 for t in ctx.record.outputs) if ctx.record.outputs else False
+    if not emitted and not empty and not is_free_op(ctx.record.name):
+        raise RuntimeError(f"lowering for {ctx.record.name} emitted no instructions; "
+                           f"inputs {[t.shape for t in ctx.record.inputs]}")
+    return True
+
+
+def lower(record: OpRecord, target: str | NeuronConfig = "trn2") -> Program:
+    """The Program one eagerly executed op runs on ``target``."""
+    t = get_target(target)
+    if record.is_view:
+        return base_program(record, t, "view")
+    if record.transfer:
+        return transfer_program(record, t)
+    program = base_program(record, t, "op")
+    if not lower_into(OpContext(record, t, Builder(program, t))):
+        if not record.fallback and record.name not in _warned:
+            _warned.add(record.name)
+            log.info("no lowering for %s: costed as a host fallback", record.name)
+        return fallback_program(record, t)
+    return program

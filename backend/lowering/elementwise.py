@@ -1,0 +1,189 @@
+"""Elementwise ops: arithmetic on VectorE, transcendental activations on ScalarE.
+
+Mapping follows the NKI ISA: two-tensor arithmetic is ``tensor_tensor`` (VectorE), tensor-with-
+scalar is ``tensor_scalar``, functions (exp, gelu, tanh, sigmoid, silu, relu, sqrt, ...) are
+``activation`` on ScalarE, ``reciprocal`` is its own 8N-cycle VectorE instruction, random
+numbers come from GpSimdE. Every op streams its tensors HBM -> SBUF -> HBM in tiles.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from backend.lowering.builder import OpContext
+from backend.lowering.registry import lowering
+from backend.lowering.stream import Stage, TileIO, elementwise_tiling, stream
+
+__all__ = ["elementwise", "TT_ALU", "ACTIVATIONS"]
+
+# aten op -> VectorE ALU op, when both operands are tensors (else tensor_scalar).
+TT_ALU = {
+    "add": "add", "add_": "add", "sub": "subtract", "sub_": "subtract", "rsub": "subtract",
+    "mul": "multiply", "mul_": "multiply", "div": "divide", "div_": "divide", "true_divide": "divide",
+    "floor_divide": "divide", "maximum": "max", "minimum": "min", "fmax": "max", "fmin": "min",
+    "pow": "pow", "pow_": "pow", "remainder": "mod", "fmod": "mod", "atan2": "atan2", "xlogy": "xlogy",
+    "eq": "is_equal", "ne": "not_equal", "lt": "is_lt", "le": "is_le", "gt": "is_gt", "ge": "is_ge",
+    "logical_and": "logical_and", "logical_or": "logical_or", "logical_xor": "logical_xor",
+    "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+    "copysign": "copysign", "threshold_backward": "select", "hardtanh_backward": "select",
+    "square": "multiply",
+}
+# single-tensor ALU ops on VectorE
+TS_OPS = ("neg", "neg_", "abs", "abs_", "sign", "sgn", "floor", "ceil", "round", "trunc", "frac",
+          "clamp", "clamp_", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_", "hardtanh", "hardtanh_",
+          "logical_not", "bitwise_not", "nan_to_num", "isnan", "isinf", "isfinite", "signbit",
+          "threshold", "relu6")
+# ScalarE activation functions (f(x * scale + bias) in one instruction)
+ACTIVATIONS = ("exp", "exp_", "exp2", "expm1", "log", "log_", "log2", "log10", "log1p", "tanh", "tanh_",
+               "sigmoid", "sigmoid_", "gelu", "gelu_", "silu", "silu_", "mish", "relu", "relu_", "sqrt",
+               "sqrt_", "rsqrt", "rsqrt_", "sin", "cos", "tan", "erf", "erfc", "erfinv", "softplus", "elu",
+               "elu_", "selu", "celu", "leaky_relu", "leaky_relu_", "hardswish", "hardsigmoid", "atan",
+               "asin", "acos", "sinh", "cosh", "logit", "lgamma", "digamma")
+# derivative on ScalarE, then a multiply by the incoming gradient on VectorE
+ACTIVATION_BACKWARD = ("gelu_backward", "silu_backward", "mish_backward", "elu_backward",
+                       "softplus_backward", "hardswish_backward", "hardsigmoid_backward",
+                       "leaky_relu_backward", "sigmoid_backward", "tanh_backward", "logit_backward")
+RANDOM = ("bernoulli", "bernoulli_", "uniform_", "normal_", "rand", "randn", "rand_like", "randn_like",
+          "random_", "randint", "randint_like", "exponential_", "geometric_", "cauchy_", "log_normal_")
+
+StageFn = Callable[[int, str, int, OpContext], list]
+
+
+def _aten(*names: str) -> tuple:
+    return tuple("aten::" + n for n in names)
+
+
+def elementwise(ctx: OpContext, stages_for: StageFn, *, read_inputs: bool = True) -> None:
+    """Stream the op's output extent; full-size inputs per tile, small ones loaded once."""
+    ref = ctx.outputs[0] if ctx.outputs else ctx.inputs[0]
+    numel = ref.numel
+    if numel == 0:
+        return
+    dtype = ctx.inputs[0].dtype if ctx.inputs else ref.dtype
+    tiles, parts, free = elementwise_tiling(numel, ref.dtype, ctx.target)
+    tile_elems = parts * free
+    loads, full_inputs = [], 0
+    for i, t in enumerate(ctx.inputs if read_inputs else ()):
+        if t.numel == 0:
+            continue
+        if t.numel >= numel:
+            loads.append(TileIO(i, tile_elems * t.itemsize, free * t.itemsize, parts))
+            full_inputs += 1
+        elif t.numel <= tile_elems:
+            # broadcast operand: replicated across partitions once, its source read once
+            row = min(free, t.numel) * t.itemsize
+            loads.append(TileIO(i, parts * row, row, parts, once=True, hbm_bytes=t.nbytes))
+        else:
+            share = -(-t.nbytes // tiles)
+            loads.append(TileIO(i, share, max(t.itemsize, share // parts), parts))
+    stores = [TileIO(k, tile_elems * o.itemsize, free * o.itemsize, parts)
+              for k, o in enumerate(ctx.outputs) if o.numel]
+    stream(ctx, tiles=tiles, partitions=parts, stages=stages_for(free, dtype, full_inputs, ctx),
+           loads=loads, stores=stores)
+
+
+def _vec(opcode: str, free: int, dtype: str, n_inputs: int = 1, **attrs) -> Stage:
+    return Stage("vector", opcode, free, dtype=dtype, n_inputs=n_inputs, flops=free, attrs=attrs)
+
+
+def _act(free: int, dtype: str, func: str) -> Stage:
+    return Stage("scalar", "activation", free, dtype=dtype, flops=4 * free, attrs={"func": func})
+
+
+def _op(ctx: OpContext) -> str:
+    return ctx.record.name.split("::", 1)[-1].split(".", 1)[0]
+
+
+@lowering(*_aten(*TT_ALU))
+def _binary(ctx: OpContext) -> None:
+    alu = TT_ALU[_op(ctx)]
+
+    def stages(free, dtype, full, _ctx):
+        tensors = sum(1 for t in ctx.inputs if t.numel)
+        if tensors >= 2:
+            return [_vec("tensor_tensor", free, dtype, 2, alu=alu)]
+        return [_vec("tensor_scalar", free, dtype, alu=alu)]
+
+    elementwise(ctx, stages)
+
+
+@lowering(*_aten(*TS_OPS))
+def _unary_alu(ctx: OpContext) -> None:
+    elementwise(ctx, lambda free, dtype, full, _c: [_vec("tensor_scalar", free, dtype, alu=_op(ctx))])
+
+
+@lowering(*_aten(*ACTIVATIONS))
+def _activation(ctx: OpContext) -> None:
+    elementwise(ctx, lambda free, dtype, full, _c: [_act(free, dtype, _op(ctx).rstrip("_"))])
+
+
+@lowering(*_aten(*ACTIVATION_BACKWARD))
+def _activation_backward(ctx: OpContext) -> None:
+    func = _op(ctx).replace("_backward", "_derivative")
+    elementwise(ctx, lambda free, dtype, full, _c: [_act(free, dtype, func),
+                                                     _vec("tensor_tensor", free, dtype, 2, alu="multiply")])
+
+
+@lowering(*_aten("reciprocal", "reciprocal_"))
+def _reciprocal(ctx: OpContext) -> None:
+    elementwise(ctx, lambda free, dtype, full, _c: [_vec("reciprocal", free, dtype)])
+
+
+@lowering(*_aten("where", "masked_fill", "masked_fill_", "masked_scatter"))
+def _select(ctx: OpContext) -> None:
+    elementwise(ctx, lambda free, dtype, full, _c: [_vec("select", free, dtype, max(1, full))])
+
+
+@lowering(*_aten("addcmul", "addcmul_", "addcdiv", "addcdiv_", "lerp", "lerp_"))
+def _fused_multiply_add(ctx: OpContext) -> None:
+    first = "divide" if "div" in _op(ctx) else "multiply"
+    elementwise(ctx, lambda free, dtype, full, _c: [_vec("tensor_tensor", free, dtype, 2, alu=first),
+                                                     _vec("tensor_tensor", free, dtype, 2, alu="add")])
+
+
+@lowering(*_aten("native_dropout"))
+def _dropout(ctx: OpContext) -> None:
+    # VectorE dropout draws and applies the mask; a second pass writes the mask for backward.
+    elementwise(ctx, lambda free, dtype, full, _c: [_vec("dropout", free, dtype),
+                                                     _vec("tensor_scalar", free, dtype, alu="is_equal")])
+
+
+@lowering(*_aten("native_dropout_backward"))
+def _dropout_backward(ctx: OpContext) -> None:
+    elementwise(ctx, lambda free, dtype, full, _c: [_vec("tensor_tensor", free, dtype, 2, alu="multiply")])
+
+
+@lowering(*_aten("fill_", "zero_", "fill", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
+                 "new_zeros", "new_ones", "new_full", "scalar_tensor"))
+def _fill(ctx: OpContext) -> None:
+    elementwise(ctx, lambda free, dtype, full, _c: [_vec("memset", free, _c.outputs[0].dtype, value=0)],
+                read_inputs=False)
+
+
+@lowering(*_aten(*RANDOM))
+def _random(ctx: OpContext) -> None:
+    elementwise(ctx, lambda free, dtype, full, _c: [Stage("gpsimd", "rng", free, dtype=_c.outputs[0].dtype)],
+                read_inputs=_op(ctx).startswith("bernoulli"))
+
+
+@lowering("aten::_foreach_add", "aten::_foreach_add_", "aten::_foreach_mul", "aten::_foreach_mul_",
+          "aten::_foreach_sub", "aten::_foreach_sub_", "aten::_foreach_div", "aten::_foreach_div_",
+          "aten::_foreach_addcmul_", "aten::_foreach_addcdiv_", "aten::_foreach_lerp_", "aten::_foreach_sqrt",
+          "aten::_foreach_neg", "aten::_foreach_zero_", "aten::_fused_adam_", "aten::_fused_adamw_",
+          "aten::_fused_sgd_")
+def _multi_tensor(ctx: OpContext) -> None:
+    """Optimizer-style ops over tensor lists: every list streamed, a few VectorE ops per element."""
+    name = _op(ctx)
+    ops_per_element = 10 if name.startswith("_fused_adam") else 2 if "addc" in name or "lerp" in name else 1
+    numel = sum(t.numel for t in ctx.inputs)
+    if numel == 0:
+        return
+    dtype = ctx.inputs[0].dtype
+    tiles, parts, free = elementwise_tiling(numel, dtype, ctx.target)
+    tile_bytes = parts * free * ctx.inputs[0].itemsize
+    loads = [TileIO(0, tile_bytes, free * ctx.inputs[0].itemsize, parts)]
+    out_bytes = sum(t.nbytes for t in ctx.outputs) or (ctx.inputs[0].nbytes if name.endswith("_") else 0)
+    stores = [TileIO(0, max(1, out_bytes // tiles), free * ctx.inputs[0].itemsize, parts)] if out_bytes else []
+    if not ctx.outputs:
+        ctx.out_to_hbm = [True]
+    stream(ctx, tiles=tiles, partitions=parts, loads=loads, stores=stores,
+           stages=[_vec("tensor_tensor", free, dtype, 2, alu="add")] * ops_per_element)

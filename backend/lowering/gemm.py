@@ -1,0 +1,253 @@
+"""Blocked GEMM on TensorE: the plan (tiles, SBUF blocks, loop order) and its instructions.
+
+TensorE computes ``stationary[K<=128, M<=128].T @ moving[K, N<=512]`` into a PSUM bank, so
+both operands need K on the partition axis. An operand stored with K contiguous (row-major
+A[M, K], or a weight used as W.t()) is loaded row-wise and transposed on TensorE in 128x128
+blocks. Output tiles accumulate over K in PSUM; when K does not fit one SBUF block, partial
+sums are added into an fp32 SBUF accumulator on VectorE (the NKI tutorial's K-blocking).
+
+The plan picks SBUF block sizes (tiles of M, N, K per block) and the loop order by the best
+roofline estimate over TensorE, DMA and VectorE/ScalarE work, subject to the SBUF budget, so
+a large GEMM reuses its stationary and moving blocks and keeps TensorE fed, while naive
+per-tile loading would be DMA-bound. Blocks are emitted in at most ``MAX_BLOCK_GROUPS``
+groups with repeat counts, so the simulator's cost stays bounded for any GEMM size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from math import ceil
+
+from backend.lowering.builder import OpContext, itemsize, split_even
+from backend.sim.costs import instruction_ns
+from backend.sim.ir import Instruction
+from backend.sim.presets import NeuronConfig
+
+__all__ = ["GemmShape", "GemmPlan", "plan_gemm", "emit_gemm", "SBUF_BUDGET_FRACTION"]
+
+SBUF_BUDGET_FRACTION = 0.9
+MAX_BLOCK_GROUPS = 16
+MAX_K_STEPS = 8
+MAX_PSUM_GROUPS_PER_STEP = 8
+PSUM_TILES_PER_GROUP = 4        # output tiles per PSUM group; two groups in flight = 8 banks
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """C[batch, M, N] = A[batch, M, K] @ B[batch, K, N] (+ bias), as TensorE sees it."""
+
+    batch: int
+    m: int
+    k: int
+    n: int
+    dtype: str
+    out_dtype: str
+    a_transposed: bool = False      # A stored K-contiguous: needs TensorE transposes
+    b_transposed: bool = False      # B stored K-contiguous ([N, K]): needs TensorE transposes
+    bias: str = "none"              # "none", "row" (bias[N] broadcast) or "full" (beta * C[M, N])
+    bias_dtype: str = "float32"
+    k_tile: int = 0                 # K chunk per matmul when K is structured (conv: channels per tap)
+    b_reuse: int = 1                # B's HBM bytes are K*N*itemsize / b_reuse (conv: taps reuse input)
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    tm: int
+    tk: int
+    tn: int
+    m_tiles: int
+    k_tiles: int
+    n_tiles: int
+    bm: int                          # tiles per block along M, K, N
+    bk: int
+    bn: int
+    m_outer: bool                    # loop order: M blocks outside N blocks
+    traffic_bytes: int
+    sbuf_bytes: int
+    estimate_ns: float
+
+    @property
+    def n_mb(self) -> int:
+        return ceil(self.m_tiles / self.bm)
+
+    @property
+    def n_nb(self) -> int:
+        return ceil(self.n_tiles / self.bn)
+
+    @property
+    def n_kb(self) -> int:
+        return ceil(self.k_tiles / self.bk)
+
+
+def _tiles(extent: int, limit: int) -> tuple[int, int]:
+    """(count, even size) of tiles no larger than ``limit`` covering ``extent``."""
+    count = max(1, ceil(extent / limit))
+    return count, ceil(extent / count)
+
+
+def _pow2_upto(limit: int) -> list[int]:
+    out, v = [], 1
+    while v < limit:
+        out.append(v)
+        v *= 2
+    return out + [limit]
+
+
+def _unit_ns(target: NeuronConfig, **kw) -> float:
+    return instruction_ns(Instruction(**kw), target)
+
+
+@lru_cache(maxsize=4096)
+def plan_gemm(shape: GemmShape, target: NeuronConfig) -> GemmPlan:
+    """Choose tiles, SBUF blocks and loop order by estimated time within the SBUF budget."""
+    m_tiles, tm = _tiles(shape.m, target.stationary_free_max)
+    k_tiles, tk = _tiles(shape.k, min(shape.k_tile or target.pe_rows, target.pe_rows))
+    n_tiles, tn = _tiles(shape.n, target.moving_free_max)
+    s, s_out = itemsize(shape.dtype), itemsize(shape.out_dtype)
+    budget = SBUF_BUDGET_FRACTION * target.sbuf_usable_bytes
+    mm_ns = _unit_ns(target, engine="tensor", opcode="nc_matmul", free_size=tn, stationary_free=tm, dtype=shape.dtype)
+    tr_ns = _unit_ns(target, engine="tensor", opcode="nc_transpose", free_size=tm, stationary_free=tk, dtype=shape.dtype)
+    evac_ns = _unit_ns(target, engine="vector", opcode="tensor_tensor", free_size=tn, dtype="float32",
+                       attrs={"psum_input": True})
+    dma_rate = target.dma_bytes_per_s
+    first_share = 1.0 if target.vector_scalar_share_psum else 0.5
+    a_total, b_total = shape.m * shape.k * s, shape.k * shape.n * s // shape.b_reuse
+    out_total = shape.m * shape.n * s_out
+    matmuls = shape.batch * m_tiles * k_tiles * n_tiles
+    best = None
+    for bm in _pow2_upto(m_tiles):
+        for bn in _pow2_upto(n_tiles):
+            for bk in [k_tiles] + [v for v in _pow2_upto(k_tiles) if v < k_tiles][::-1]:
+                n_mb, n_nb, n_kb = ceil(m_tiles / bm), ceil(n_tiles / bn), ceil(k_tiles / bk)
+                a_blk, b_blk = bk * tk * bm * tm * s, bk * tk * bn * tn * s // shape.b_reuse
+                out_blk = bm * tm * bn * tn
+                footprint = (2 * (a_blk + b_blk) + a_blk * shape.a_transposed + b_blk * shape.b_transposed
+                             + (out_blk * 4 if n_kb > 1 else 0) + 2 * out_blk * s_out)
+                if footprint > budget and not (bm == bn == bk == 1):
+                    continue
+                for m_outer in (True, False):
+                    if n_kb == 1:
+                        a_loads, b_loads = (1, n_mb) if m_outer else (n_nb, 1)
+                    else:
+                        a_loads, b_loads = n_nb, n_mb
+                    traffic = shape.batch * (a_total * a_loads + b_total * b_loads + out_total)
+                    transposes = shape.batch * (m_tiles * k_tiles * a_loads * shape.a_transposed
+                                                + n_tiles * k_tiles * b_loads * shape.b_transposed)
+                    tensor = matmuls * mm_ns + transposes * tr_ns
+                    # First-pass evacuations alternate VectorE/ScalarE (unless they share the PSUM
+                    # port); K-block accumulations are VectorE adds.
+                    evac = shape.batch * m_tiles * n_tiles * (n_kb - 1 + first_share) * evac_ns
+                    est = max(tensor, traffic / dma_rate * 1e9, evac)
+                    key = (est, traffic, n_kb, -bm * bn)
+                    if best is None or key < best[0]:
+                        best = (key, GemmPlan(tm, tk, tn, m_tiles, k_tiles, n_tiles, bm, bk, bn, m_outer,
+                                              int(traffic), int(footprint), est))
+    return best[1]
+
+
+def emit_gemm(ctx: OpContext, shape: GemmShape, plan: GemmPlan, a: int, b: int, bias: int | None,
+              out: int = 0) -> None:
+    """Emit the blocked GEMM; ``a``/``b``/``bias``/``out`` are operand positions in the record."""
+    bld, t = ctx.b, ctx.target
+    s, s_out = itemsize(shape.dtype), itemsize(shape.out_dtype)
+    tm, tk, tn = plan.tm, plan.tk, plan.tn
+    n_mb, n_nb, n_kb = plan.n_mb, plan.n_nb, plan.n_kb
+    a_blk_bytes = plan.bk * tk * plan.bm * tm * s
+    b_blk_bytes = plan.bk * tk * plan.bn * tn * s // shape.b_reuse
+    out_tiles = plan.bm * plan.bn
+    bias_ids: tuple = ()
+    if bias is not None and shape.bias == "row":
+        row = tn * plan.bn * itemsize(shape.bias_dtype)
+        bias_ids = ctx.ready_deps(bias) or (bld.dma(t.partitions * row, src="hbm", dst="sbuf", row_bytes=row,
+                                                    src_bytes=shape.n * itemsize(shape.bias_dtype)),)
+    blocks = shape.batch * n_mb * n_nb
+    outer_n, inner_n = (n_mb, n_nb) if plan.m_outer else (n_nb, n_mb)
+
+    def loads_in(start: int, count: int) -> tuple[int, int]:
+        """A and B block loads needed by blocks [start, start+count) of the loop nest."""
+        if n_kb > 1:
+            return count, count
+        firsts = sum(1 for i in range(start, start + count) if i % inner_n == 0)
+        return (firsts, count) if plan.m_outer else (count, firsts)
+
+    step_hist: list[int] = []     # last matmul of each K step, for double-buffered operand blocks
+    evac_hist: list[int] = []     # evacuation entries in order, for PSUM bank reuse
+    store_hist: list[int] = []
+    acc_prev: dict[int, int] = {}
+    start, ready_a, ready_b = 0, ctx.ready_deps(a), ctx.ready_deps(b)
+    ready_a_step, ready_b_step = ready_a, ready_b
+    # Rows and row bytes as an operand block arrives: K-contiguous operands come row-wise.
+    a_rows, a_row = (plan.bm * tm, plan.bk * tk * s) if shape.a_transposed else (plan.bk * tk, plan.bm * tm * s)
+    b_rows, b_row = (plan.bn * tn, plan.bk * tk * s) if shape.b_transposed else (plan.bk * tk, plan.bn * tn * s)
+    for g, r in enumerate(split_even(blocks, MAX_BLOCK_GROUPS)):
+        a_loads, b_loads = loads_in(start, r)
+        start += r
+        k_groups = split_even(n_kb, MAX_K_STEPS)
+        last_evacs: list[int] = []
+        for kg, kr in enumerate(k_groups):
+            war = (step_hist[-2],) if len(step_hist) >= 2 else ()
+            a_ids = _load_operand(ctx, a, a_loads * kr, a_blk_bytes, a_rows, a_row, shape.a_transposed,
+                                  plan.bm * plan.bk, tm, tk, shape.dtype, war, ready_a)
+            b_ids = _load_operand(ctx, b, b_loads * kr, b_blk_bytes, b_rows, b_row, shape.b_transposed,
+                                  plan.bn * plan.bk * ceil(tn / tk), tk, tk, shape.dtype, war, ready_b)
+            if a_ids:
+                ready_a_step = a_ids
+            if b_ids:
+                ready_b_step = b_ids
+            first, last = kg == 0, kg == len(k_groups) - 1
+            subs = split_even(ceil(out_tiles / PSUM_TILES_PER_GROUP), MAX_PSUM_GROUPS_PER_STEP)
+            tiles_left = out_tiles
+            for j, n_groups in enumerate(subs):
+                tiles = min(tiles_left, n_groups * PSUM_TILES_PER_GROUP)
+                tiles_left -= tiles
+                bank_war = (evac_hist[-2],) if len(evac_hist) >= 2 else ()
+                mm = bld.matmul(k=tk, m=tm, n=tn, dtype=shape.dtype, repeat=r * kr * plan.bk * tiles,
+                                deps=(*ready_a_step, *ready_b_step, *bank_war))
+                deps = [mm, *bias_ids]
+                if j in acc_prev and not first:
+                    deps.append(acc_prev[j])
+                if last and len(store_hist) >= 2:
+                    deps.append(store_hist[-2])
+                accumulate = n_kb > 1 and not first
+                engine = "vector" if (accumulate or bias_ids or j % 2 == 0) else "scalar"
+                opcode = "tensor_tensor" if (accumulate or bias_ids) else (
+                    "tensor_copy" if engine == "vector" else "activation")
+                ev = bld.compute(engine, opcode, free_size=tn, partitions=tm, dtype="float32",
+                                 out_dtype=shape.out_dtype if last else "float32", src="psum",
+                                 n_inputs=1, deps=deps, repeat=r * kr * tiles, psum_input=True, alu="add")
+                evac_hist.append(ev)
+                acc_prev[j] = ev
+                if last:
+                    last_evacs.append(ev)
+            step_hist.append(mm)
+        if ctx.out_to_hbm[out] if out < len(ctx.out_to_hbm) else True:
+            rows, row_bytes = plan.bm * tm, plan.bn * tn * s_out
+            store_hist.append(bld.dma(rows * row_bytes, src="sbuf", dst="hbm", partitions=min(rows, t.partitions),
+                                      row_bytes=row_bytes, deps=last_evacs, repeat=r))
+        else:
+            store_hist.append(last_evacs[-1])
+        ctx.set_ready(out, last_evacs[-1:])
+    bld.note_sbuf(plan.sbuf_bytes)
+    bld.note_psum(2 * PSUM_TILES_PER_GROUP * t.partitions * t.psum_bank_bytes)
+
+
+def _load_operand(ctx: OpContext, index: int, loads: int, block_bytes: int, rows: int, row_bytes: int,
+                  transposed: bool, blocks: int, part: int, free: int, dtype: str, war: tuple,
+                  ready: tuple) -> tuple:
+    """DMA one operand block into SBUF (unless resident) and transpose it on TensorE if needed."""
+    if loads == 0:
+        return ()
+    bld, t = ctx.b, ctx.target
+    if ready:
+        ids = ready
+    else:
+        # K-contiguous operands arrive row-wise (rows of the non-K dim), others K-row-wise.
+        ids = (bld.dma(block_bytes, src="hbm", dst="sbuf", partitions=min(rows, t.partitions),
+                       row_bytes=row_bytes, deps=war, repeat=loads),)
+    if not transposed:
+        return ids
+    tr = bld.matmul(k=part, m=free, n=part, dtype=dtype, deps=ids, repeat=loads * blocks, opcode="nc_transpose")
+    copies = ceil(blocks / PSUM_TILES_PER_GROUP)
+    cp = bld.compute("scalar", "tensor_copy", free_size=min(blocks, PSUM_TILES_PER_GROUP) * part, partitions=free,
+                     dtype="float32", out_dtype=dtype, src="psum", deps=(tr,), repeat=loads * copies)
+    return (cp,)

@@ -1,0 +1,135 @@
+"""Index-driven ops on GpSimdE and indirect DMAs: embeddings, gathers, scatters, iota, masks.
+
+A gather loads its indices into SBUF, GpSimdE turns them into DMA descriptors (software DGE),
+and an indirect DMA moves one contiguous slice per index. Scatter-adds use the DMA engines'
+read-modify-write add at the destination. iota/arange and triangular masks (affine_select)
+are GpSimdE instructions of 150 + N cycles.
+"""
+from __future__ import annotations
+
+from math import ceil, prod
+
+from backend.lowering.builder import OpContext
+from backend.lowering.elementwise import elementwise
+from backend.lowering.registry import lowering
+from backend.lowering.stream import Stage
+from backend.sim.descriptors import TensorDesc
+
+__all__ = ["indirect_copy"]
+
+
+def _slice_bytes(t: TensorDesc, dim: int) -> int:
+    """Contiguous bytes one index selects along ``dim`` of a contiguous tensor."""
+    if not t.shape:
+        return t.itemsize
+    return prod(t.shape[dim % len(t.shape) + 1:]) * t.itemsize
+
+
+def indirect_copy(ctx: OpContext, *, index: int, count: int, slice_bytes: int, scatter: bool = False,
+                  table: int | None = None) -> int:
+    """Load ``count`` indices, generate descriptors on GpSimdE, move ``count`` slices."""
+    b, t = ctx.b, ctx.target
+    idx = ctx.inputs[index]
+    parts = min(t.partitions, max(1, count))
+    load = ctx.ready_deps(index) or (b.dma(max(1, idx.nbytes), src="hbm", dst="sbuf", partitions=parts,
+                                           row_bytes=max(idx.itemsize, idx.nbytes // parts)),)
+    gen = b.compute("gpsimd", "dma_descriptor_gen", free_size=ceil(count / parts), partitions=parts,
+                    dtype=idx.dtype, deps=load)
+    deps = (gen, *(ctx.ready_deps(table) if table is not None else ()))
+    nbytes = max(1, count * slice_bytes)
+    if scatter:
+        # read-modify-write at the destination: each slice is read and written in HBM
+        return b.dma(nbytes, src="hbm", dst="hbm", row_bytes=slice_bytes, deps=deps, opcode="dma_scatter_add",
+                     src_bytes=2 * nbytes, dst_bytes=nbytes)
+    return b.dma(nbytes, src="hbm", dst="hbm", row_bytes=slice_bytes, deps=deps, opcode="dma_gather")
+
+
+def _zero_fill(ctx: OpContext, out: TensorDesc) -> int:
+    """Zero an HBM tensor: a memset tile in SBUF broadcast out by DMA."""
+    b, t = ctx.b, ctx.target
+    free = max(1, min(ceil(out.numel / t.partitions), 2048))
+    ms = b.compute("vector", "memset", free_size=free, dtype=out.dtype, value=0)
+    return b.dma(out.nbytes, src="sbuf", dst="hbm", row_bytes=free * out.itemsize, deps=(ms,),
+                 src_bytes=t.partitions * free * out.itemsize)
+
+
+@lowering("aten::embedding", "aten::index_select", "aten::take")
+def _gather_rows(ctx: OpContext) -> None:
+    # embedding(weight, indices), index_select(self, index), take(self, index): slices of input 0
+    dim = int(ctx.attrs.get("dim", 0) or 0) if ctx.record.name.endswith("index_select") else 0
+    ids = indirect_copy(ctx, index=1, count=ctx.inputs[1].numel, slice_bytes=_slice_bytes(ctx.inputs[0], dim), table=0)
+    ctx.set_ready(0, (ids,))
+
+
+@lowering("aten::gather", "aten::index", "aten::_unsafe_index")
+def _gather(ctx: OpContext) -> None:
+    src, out = ctx.inputs[0], ctx.outputs[0]
+    dim = int(ctx.attrs.get("dim", 0) or 0)
+    index = next((i for i in range(1, len(ctx.inputs)) if ctx.inputs[i].numel), 0)
+    run = _slice_bytes(src, dim) if ctx.record.name.endswith("index") else src.itemsize
+    count = max(1, out.nbytes // max(1, run))
+    ctx.set_ready(0, (indirect_copy(ctx, index=index, count=count, slice_bytes=run, table=0),))
+
+
+@lowering("aten::scatter", "aten::scatter_", "aten::scatter_add", "aten::scatter_add_", "aten::index_add",
+          "aten::index_add_", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_",
+          "aten::index_copy", "aten::index_copy_", "aten::scatter_reduce", "aten::scatter_reduce_")
+def _scatter(ctx: OpContext) -> None:
+    self_t, out = ctx.inputs[0], ctx.outputs[0] if ctx.outputs else ctx.inputs[0]
+    src = max(ctx.inputs[1:], key=lambda t: t.nbytes)
+    index = next(i for i in range(1, len(ctx.inputs)) if ctx.inputs[i].dtype.startswith(("int", "uint", "bool")))
+    dim = int(ctx.attrs.get("dim", 0) or 0)
+    run = _slice_bytes(out, dim) if "index" in ctx.record.name else out.itemsize
+    first = ()
+    if not ctx.record.name.endswith("_"):   # out-of-place: copy self into the output first
+        first = (ctx.b.dma(self_t.nbytes, src="hbm", dst="hbm", row_bytes=self_t.nbytes),)
+    ids = indirect_copy(ctx, index=index, count=max(1, src.nbytes // max(1, run)), slice_bytes=run, scatter=True,
+                        table=None)
+    ctx.set_ready(0, (*first, ids))
+
+
+@lowering("aten::embedding_dense_backward")
+def _embedding_backward(ctx: OpContext) -> None:
+    grad, index, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    _zero_fill(ctx, out)
+    row = grad.shape[-1] * grad.itemsize if grad.shape else grad.itemsize
+    indirect_copy(ctx, index=1, count=max(1, index.numel), slice_bytes=row, scatter=True)
+
+
+@lowering("aten::nll_loss_forward", "aten::nll_loss2d_forward")
+def _nll_loss(ctx: OpContext) -> None:
+    logp, target = ctx.inputs[0], ctx.inputs[1]
+    picked = indirect_copy(ctx, index=1, count=max(1, target.numel), slice_bytes=logp.itemsize, table=0)
+    parts = min(ctx.target.partitions, max(1, target.numel))
+    red = ctx.b.compute("vector", "tensor_reduce", free_size=ceil(target.numel / parts), partitions=parts,
+                        dtype=logp.dtype, deps=(picked,), alu="add")
+    for k, o in enumerate(ctx.outputs):
+        if o.numel and ctx.out_to_hbm[k]:
+            ctx.b.dma(o.nbytes, src="sbuf", dst="hbm", partitions=1, deps=(red,))
+    ctx.set_ready(0, (red,))
+
+
+@lowering("aten::nll_loss_backward", "aten::nll_loss2d_backward")
+def _nll_loss_backward(ctx: OpContext) -> None:
+    out, target = ctx.outputs[0], ctx.inputs[2]
+    zero = _zero_fill(ctx, out)
+    scat = indirect_copy(ctx, index=2, count=max(1, target.numel), slice_bytes=out.itemsize, scatter=True)
+    ctx.set_ready(0, (zero, scat))
+
+
+@lowering("aten::arange", "aten::linspace", "aten::iota")
+def _iota(ctx: OpContext) -> None:
+    elementwise(ctx, lambda free, dtype, full, _c: [Stage("gpsimd", "iota", free, dtype=_c.outputs[0].dtype)],
+                read_inputs=False)
+
+
+@lowering("aten::tril", "aten::triu", "aten::tril_", "aten::triu_")
+def _triangle(ctx: OpContext) -> None:
+    elementwise(ctx, lambda free, dtype, full, _c: [Stage("gpsimd", "affine_select", free, dtype=dtype)])
+
+
+@lowering("aten::cumsum", "aten::cumprod", "aten::cumsum_", "aten::logcumsumexp")
+def _scan(ctx: OpContext) -> None:
+    # tensor_tensor_scan streams the row once with a carried accumulator: costed as 2N on VectorE.
+    elementwise(ctx, lambda free, dtype, full, _c: [Stage("vector", "tensor_tensor", free, dtype=dtype,
+                                                          attrs={"alu": "scan"})])

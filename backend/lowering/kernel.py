@@ -1,0 +1,111 @@
+"""Fused kernels: a group of ops lowered as ONE program whose intermediates stay in SBUF.
+
+The compile path passes the group's records in execution order plus ``links``: which input
+of which record is which output of an earlier record. A linked intermediate stays in SBUF
+(its consumer depends on the producer's tile groups, so elementwise chains pipeline tile by
+tile) unless the live intermediates exceed the SBUF budget; then the largest are spilled:
+stored to HBM and re-read, counted in ``Program.spill_bytes``. One launch per kernel.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from backend.lowering.builder import Builder, OpContext
+from backend.lowering.data import fallback_into
+from backend.lowering.eager import lower_into
+from backend.lowering.flops import op_flops
+from backend.sim.descriptors import OpRecord
+from backend.sim.ir import Program
+from backend.sim.presets import NeuronConfig, get_target
+
+__all__ = ["lower_kernel", "RESIDENT_FRACTION"]
+
+Ref = tuple[int, int]     # (record position in the group, input or output position)
+# Share of usable SBUF that resident intermediates may take; the rest is the ops' working tiles.
+RESIDENT_FRACTION = 0.5
+
+
+def _peak(resident: set, sizes: dict, last_use: dict, n: int) -> int:
+    return max((sum(sizes[r] for r in resident if r[0] <= j <= last_use[r]) for j in range(n)), default=0)
+
+
+def _plan_residency(records: Sequence[OpRecord], links: Mapping, budget: int) -> tuple[set, int]:
+    """Intermediates kept in SBUF, and the bytes spilled (store + one load per consumer)."""
+    sizes = {p: records[p[0]].outputs[p[1]].nbytes for p in links.values()}
+    last_use: dict = {}
+    consumers: dict = {}
+    for (c, _), p in links.items():
+        last_use[p] = max(last_use.get(p, c), c)
+        consumers[p] = consumers.get(p, 0) + 1
+    resident = set(sizes)
+    spill = 0
+    while resident and _peak(resident, sizes, last_use, len(records)) > budget:
+        victim = max(resident, key=lambda r: (sizes[r], r))
+        resident.discard(victim)
+        spill += sizes[victim] * (1 + consumers[victim])
+    return resident, spill
+
+
+def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronConfig = "trn2", *,
+                 links: Mapping[Ref, Ref] | None = None, outputs: Collection[Ref] | None = None,
+                 inputs_from: Sequence[Sequence] | None = None, outputs_to_hbm: Sequence[Sequence] | None = None,
+                 nodes: Sequence[str] = ()) -> Program:
+    """Lower a fused group of ops as one Program.
+
+    links: ``{(consumer_pos, input_pos): (producer_pos, output_pos)}`` for every operand that
+        is produced inside the group.
+    outputs: producer outputs ``(pos, k)`` that leave the kernel (stored to HBM). Default: every
+        output that no link consumes.
+    inputs_from / outputs_to_hbm: the same, in the compile path's per-record form (for record j,
+        input i comes from ``inputs_from[j][i]`` = (producer, k) or None; output k is stored
+        when ``outputs_to_hbm[j][k]``); used when ``links`` / ``outputs`` are not given.
+    """
+    t = get_target(target)
+    if links is None and inputs_from:
+        links = {(j, i): tuple(src) for j, srcs in enumerate(inputs_from) for i, src in enumerate(srcs)
+                 if src is not None}
+    if outputs is None and outputs_to_hbm:
+        outputs = {(j, k) for j, flags in enumerate(outputs_to_hbm) for k, flag in enumerate(flags) if flag}
+    links = dict(links or {})
+    for (c, i), (p, k) in links.items():
+        if not (0 <= p < c < len(records)) or i >= len(records[c].inputs) or k >= len(records[p].outputs):
+            raise ValueError(f"{name}: bad link {(c, i)} <- {(p, k)}")
+    consumed = set(links.values())
+    escaping = set(outputs) if outputs is not None else {
+        (j, k) for j, r in enumerate(records) for k in range(len(r.outputs)) if (j, k) not in consumed}
+    program = Program(name, "kernel", launch_overhead_ns=t.launch_overhead_ns,
+                      flops=sum(op_flops(r) for r in records), nodes=tuple(nodes),
+                      input_shapes=", ".join(f"{d.dtype}{list(d.shape)}" for j, r in enumerate(records)
+                                             for i, d in enumerate(r.inputs) if (j, i) not in links),
+                      output_shapes=", ".join(f"{records[j].outputs[k].dtype}{list(records[j].outputs[k].shape)}"
+                                              for j, k in sorted(escaping)),
+                      source=next((r.source for r in records if r.source), None))
+    resident, program.info.spill_bytes = _plan_residency(records, links, int(RESIDENT_FRACTION * t.sbuf_usable_bytes))
+    b = Builder(program, t)
+    ready: dict = {}            # producer output -> instruction ids after which it is available
+    for j, rec in enumerate(records):
+        src = [links.get((j, i)) for i in range(len(rec.inputs))]
+        if rec.is_view:         # an alias inside the kernel: the output is the input
+            for k in range(len(rec.outputs)):
+                ready[(j, k)] = ready.get(src[0]) if src and src[0] else ()
+            if src and src[0] in resident:
+                resident.update((j, k) for k in range(len(rec.outputs)))
+            continue
+        b.base_deps = tuple(d for s in src if s and s not in resident for d in ready.get(s, ())[-1:])
+        in_ready = [ready.get(s) if s in resident else None for s in src]
+        out_hbm = [(j, k) in escaping or ((j, k) in consumed and (j, k) not in resident)
+                   for k in range(len(rec.outputs))]
+        ctx = OpContext(rec, t, b, in_ready=in_ready, out_to_hbm=out_hbm)
+        before = len(program.instructions)
+        if not lower_into(ctx):
+            last = fallback_into(b, rec)
+            ctx.out_ready = [(last,)] * len(rec.outputs)
+        last_id = (len(program.instructions) - 1,) if len(program.instructions) > before else ()
+        for k in range(len(rec.outputs)):
+            ready[(j, k)] = tuple(ctx.out_ready[k] or last_id)
+    b.base_deps = ()
+    resident_bytes = _peak(resident, {r: records[r[0]].outputs[r[1]].nbytes for r in resident},
+                           {r: max((c for (c, _), p in links.items() if p == r), default=r[0]) for r in resident},
+                           len(records))
+    program.info.sbuf_peak_bytes += resident_bytes
+    return program

@@ -1,0 +1,198 @@
+"""Reductions, softmax and normalisations.
+
+Rows map to partitions and the reduced (last) dim to the free axis, so a row reduction is
+one VectorE ``tensor_reduce`` per tile; statistics use ``bn_stats``/``bn_aggr`` (<= 512
+elements per bn_stats, per the ISA), and exp/normalise passes run on ScalarE's activation
+unit, which also reduces along the free axis for free. A reduction over leading dims (a
+bias gradient, a column sum) is a ones-vector matmul on TensorE accumulating in PSUM, the
+usual way to reduce across partitions.
+"""
+from __future__ import annotations
+
+from math import ceil, prod
+
+from backend.lowering.builder import OpContext
+from backend.lowering.matmul import gemm
+from backend.lowering.registry import lowering
+from backend.lowering.stream import Stage, TileIO, stream
+from backend.sim.descriptors import TensorDesc
+
+__all__ = ["row_pipeline", "reduced_dims"]
+
+BN_STATS_FMAX = 512
+
+
+def reduced_dims(t: TensorDesc, attrs: dict) -> tuple[int, ...]:
+    dims = attrs.get("dim", attrs.get("axis"))
+    rank = len(t.shape)
+    if dims is None or dims == [] or dims == ():
+        return tuple(range(rank))
+    if isinstance(dims, int):
+        dims = (dims,)
+    return tuple(sorted({d % rank for d in dims})) if rank else ()
+
+
+def row_pipeline(ctx: OpContext, rows: int, width: int, stages: list, *, row_inputs: tuple = (0,),
+                 row_outputs: tuple = (0,), small_outputs: tuple = (), once_inputs: tuple = (),
+                 passes: int = 1) -> None:
+    """Rows on partitions, ``width`` elements each; ``passes`` > 1 re-reads rows that do not fit."""
+    t = ctx.target
+    parts = min(t.partitions, max(1, rows))
+    tiles = ceil(rows / parts)
+    loads = [TileIO(i, parts * width * ctx.inputs[i].itemsize * passes, width * ctx.inputs[i].itemsize, parts)
+             for i in row_inputs if ctx.inputs[i].numel]
+    loads += [TileIO(i, parts * min(width, ctx.inputs[i].numel) * ctx.inputs[i].itemsize,
+                     min(width, ctx.inputs[i].numel) * ctx.inputs[i].itemsize, parts, once=True,
+                     hbm_bytes=ctx.inputs[i].nbytes) for i in once_inputs if ctx.inputs[i].numel]
+    stores = [TileIO(k, parts * width * ctx.outputs[k].itemsize, width * ctx.outputs[k].itemsize, parts)
+              for k in row_outputs if k < len(ctx.outputs) and ctx.outputs[k].numel]
+    stores += [TileIO(k, parts * ctx.outputs[k].itemsize, ctx.outputs[k].itemsize, parts)
+               for k in small_outputs if k < len(ctx.outputs) and ctx.outputs[k].numel]
+    stream(ctx, tiles=tiles, partitions=parts, stages=stages, loads=loads, stores=stores)
+
+
+def _rows_width(t: TensorDesc, dim: int = -1) -> tuple[int, int]:
+    width = t.shape[dim] if t.shape else 1
+    return max(1, t.numel // max(1, width)), max(1, width)
+
+
+def _passes(ctx: OpContext, width: int, dtype_bytes: int, buffers: int = 4) -> int:
+    """Rows too long for a few SBUF buffers per partition are streamed twice (stats, then apply)."""
+    return 1 if width * dtype_bytes * buffers <= ctx.target.sbuf_partition_bytes else 2
+
+
+def _vec(opcode, free, dtype, n_inputs=1, count=1, **attrs):
+    return Stage("vector", opcode, free, count=count, dtype=dtype, n_inputs=n_inputs, flops=free, attrs=attrs)
+
+
+def _act(free, dtype, func, opcode="activation"):
+    return Stage("scalar", opcode, free, dtype=dtype, flops=4 * free, attrs={"func": func})
+
+
+@lowering("aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::prod",
+          "aten::argmax", "aten::argmin", "aten::any", "aten::all", "aten::var", "aten::std",
+          "aten::var_mean", "aten::std_mean", "aten::norm", "aten::linalg_vector_norm", "aten::logsumexp",
+          "aten::count_nonzero", "aten::nansum")
+def _reduce(ctx: OpContext) -> None:
+    x = ctx.inputs[0]
+    if x.numel == 0:
+        return
+    dims = reduced_dims(x, ctx.attrs)
+    rank = len(x.shape)
+    name = ctx.record.name.split("::")[-1]
+    alu = "max" if name in ("amax", "max", "argmax", "logsumexp") else "min" if name in ("amin", "min", "argmin") else "add"
+    if rank and rank - 1 not in dims:
+        # leading-dim reduction: sum columns with a ones-vector matmul on TensorE
+        inner = prod(x.shape[max(dims) + 1:]) if dims else 1
+        reduced = prod(x.shape[d] for d in dims)
+        gemm(ctx, batch=1, m=1, k=reduced, n=max(1, x.numel // reduced), a=0, b=0, a_transposed=False,
+             b_transposed=inner == 1)
+        return
+    trailing = 1
+    for d in reversed(range(rank)):
+        if d not in dims:
+            break
+        trailing *= x.shape[d]
+    rows, width = max(1, x.numel // max(1, trailing)), max(1, trailing)
+    if rows == 1 and width > ctx.target.partitions:
+        # a full reduction: spread over partitions, reduce per partition, then across on TensorE
+        rows, width = ctx.target.partitions, ceil(width / ctx.target.partitions)
+    extra = ([_vec("tensor_tensor", width, x.dtype, 2, alu="subtract")] if name in ("var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm") else [])
+    if name == "logsumexp":
+        extra = [_act(width, x.dtype, "exp", "activation_reduce")]
+    stages = [_vec("tensor_reduce", width, x.dtype, alu=alu), *extra]
+    row_pipeline(ctx, rows, width, stages, row_outputs=(), small_outputs=tuple(range(len(ctx.outputs))))
+
+
+@lowering("aten::_softmax", "aten::_log_softmax", "aten::softmax", "aten::log_softmax", "aten::_safe_softmax")
+def _softmax(ctx: OpContext) -> None:
+    x = ctx.inputs[0]
+    rows, width = _rows_width(x, ctx.attrs.get("dim", -1))
+    dtype = x.dtype
+    stages = [_vec("tensor_reduce", width, dtype, alu="max"),            # row max
+              _act(width, dtype, "exp", "activation_reduce"),           # exp(x - max) and its row sum
+              _vec("reciprocal", 1, "float32"),                         # 1 / sum
+              _vec("tensor_scalar", width, dtype, alu="multiply")]      # normalise
+    row_pipeline(ctx, rows, width, stages, passes=_passes(ctx, width, x.itemsize))
+
+
+@lowering("aten::_softmax_backward_data", "aten::_log_softmax_backward_data")
+def _softmax_backward(ctx: OpContext) -> None:
+    g = ctx.inputs[0]
+    rows, width = _rows_width(g, ctx.attrs.get("dim", -1))
+    stages = [_vec("tensor_tensor", width, g.dtype, 2, alu="multiply"),  # g * y
+              _vec("tensor_reduce", width, g.dtype, alu="add"),          # sum(g * y)
+              _vec("tensor_tensor", width, g.dtype, 2, alu="subtract"),  # g - sum
+              _vec("tensor_tensor", width, g.dtype, 2, alu="multiply")]  # * y
+    row_pipeline(ctx, rows, width, stages, row_inputs=(0, 1), passes=_passes(ctx, width, g.itemsize))
+
+
+def _norm_stats(width: int, dtype: str) -> list:
+    chunks = ceil(width / BN_STATS_FMAX)
+    return [_vec("bn_stats", min(width, BN_STATS_FMAX), dtype, count=chunks),
+            _vec("bn_aggr", 6 * chunks, "float32"),
+            _vec("tensor_scalar", 1, "float32", alu="rsqrt")]           # rstd = (var + eps)^-1/2
+
+
+@lowering("aten::native_layer_norm", "aten::layer_norm")
+def _layer_norm(ctx: OpContext) -> None:
+    x = ctx.inputs[0]
+    width = prod(ctx.attrs.get("normalized_shape", x.shape[-1:])) or 1
+    rows = max(1, x.numel // width)
+    affine = sum(1 for t in ctx.inputs[1:] if t.numel)
+    stages = [*_norm_stats(width, x.dtype),
+              _act(width, x.dtype, "identity"),                         # (x - mean) * rstd on ScalarE
+              *[_vec("tensor_tensor", width, x.dtype, 2, alu=a) for a in ("multiply", "add")[:affine]]]
+    row_pipeline(ctx, rows, width, stages, once_inputs=tuple(range(1, len(ctx.inputs))),
+                 small_outputs=(1, 2), passes=_passes(ctx, width, x.itemsize))
+
+
+@lowering("aten::_fused_rms_norm", "aten::rms_norm")
+def _rms_norm(ctx: OpContext) -> None:
+    x = ctx.inputs[0]
+    width = x.shape[-1] if x.shape else 1
+    rows = max(1, x.numel // width)
+    stages = [_act(width, x.dtype, "square", "activation_reduce"),     # sum of squares
+              _vec("tensor_scalar", 1, "float32", alu="rsqrt"),
+              _vec("tensor_tensor", width, x.dtype, 2, alu="multiply")]  # x * rstd * weight
+    row_pipeline(ctx, rows, width, stages, once_inputs=tuple(range(1, len(ctx.inputs))), small_outputs=(1,))
+
+
+@lowering("aten::native_batch_norm", "aten::_native_batch_norm_legit", "aten::native_group_norm",
+          "aten::_native_batch_norm_legit_no_training", "aten::_native_batch_norm_legit_functional")
+def _batch_group_norm(ctx: OpContext) -> None:
+    """Channels (batch norm) or groups (group norm) on partitions, their elements on the free axis."""
+    x = ctx.inputs[0]
+    if "group" in ctx.record.name:
+        groups = int(ctx.attrs.get("group", 1) or 1)
+        rows = (x.shape[0] if x.shape else 1) * groups
+    else:
+        rows = x.shape[1] if len(x.shape) > 1 else 1
+    width = max(1, x.numel // max(1, rows))
+    stages = [*_norm_stats(width, x.dtype), _act(width, x.dtype, "identity")]
+    row_pipeline(ctx, rows, width, stages, small_outputs=tuple(range(1, len(ctx.outputs))),
+                 passes=_passes(ctx, width, x.itemsize))
+
+
+@lowering("aten::native_layer_norm_backward", "aten::_fused_rms_norm_backward",
+          "aten::native_batch_norm_backward", "aten::native_group_norm_backward")
+def _norm_backward(ctx: OpContext) -> None:
+    """dx per row on Vector/Scalar; dweight/dbias are column sums on TensorE."""
+    g = ctx.inputs[0]
+    width = g.shape[-1] if g.shape else 1
+    if "layer_norm" in ctx.record.name:
+        width = prod(ctx.attrs.get("normalized_shape", g.shape[-1:])) or 1
+    rows = max(1, g.numel // width)
+    dtype = g.dtype
+    stages = [_act(width, dtype, "identity"),                              # xhat = (x - mean) * rstd
+              _vec("tensor_tensor", width, dtype, 2, alu="multiply"),      # g * w
+              _vec("tensor_tensor", width, dtype, 2, alu="multiply"),      # g * w * xhat
+              _vec("tensor_reduce", width, dtype, count=2, alu="add"),     # the two row means
+              _vec("tensor_tensor", width, dtype, 2, count=2, alu="subtract"),
+              _act(width, dtype, "identity")]                              # * rstd
+    row_pipeline(ctx, rows, width, stages, row_inputs=(0, 1), row_outputs=(0,),
+                 once_inputs=tuple(i for i in range(2, len(ctx.inputs))), passes=_passes(ctx, width, g.itemsize))
+    mask = ctx.attrs.get("output_mask", (True, True, True))
+    for k in (1, 2):
+        if k < len(ctx.outputs) and ctx.outputs[k].numel and (len(mask) <= k or mask[k]):
+            gemm(ctx, batch=1, m=1, k=rows, n=width, a=0, b=0, a_transposed=False, b_transposed=False, out=k)

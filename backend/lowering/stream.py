@@ -1,0 +1,113 @@
+"""Tile pipelines for streaming ops: load a tile, run a chain of engine instructions, store.
+
+Elementwise ops, activations, row-wise reductions and norms all have this shape. Tiles are
+[partitions, free] slices of SBUF; ``bufs`` buffers per operand let the load of tile i+1 and
+the store of tile i-1 overlap the compute of tile i. Tiles are emitted in at most
+``max_groups`` groups whose instructions carry ``repeat`` = tiles in the group, so a tensor of
+any size costs the simulator a bounded number of entries while the pipeline keeps its shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import ceil
+
+from backend.lowering.builder import OpContext, itemsize, split_even
+from backend.sim.presets import NeuronConfig
+
+__all__ = ["Stage", "TileIO", "stream", "elementwise_tiling", "TILE_BYTES_PER_PARTITION", "MAX_GROUPS"]
+
+# 8 KiB per partition per operand tile: past the >= 4 KiB DMA knee, small next to SBUF.
+TILE_BYTES_PER_PARTITION = 8 * 1024
+MAX_GROUPS = 8
+
+
+@dataclass(frozen=True)
+class Stage:
+    """``count`` instructions per tile of ``free_size`` elements per partition on one engine."""
+
+    engine: str
+    opcode: str
+    free_size: int
+    count: int = 1
+    dtype: str = "float32"
+    out_dtype: str | None = None
+    n_inputs: int = 1
+    src: str = "sbuf"
+    dst: str = "sbuf"
+    flops: int = 0                  # per instruction
+    out_free: int | None = None
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TileIO:
+    """Operand ``index`` of the record moved per tile (or once, for broadcast operands)."""
+
+    index: int
+    nbytes: int                     # per tile (or in total when once)
+    row_bytes: int                  # contiguous bytes per DMA descriptor
+    partitions: int = 128
+    once: bool = False
+    hbm_bytes: int | None = None    # HBM-side bytes when they differ (replicated broadcast)
+
+
+def elementwise_tiling(numel: int, dtype: str, target: NeuronConfig) -> tuple[int, int, int]:
+    """(tiles, partitions, free elements per partition) covering ``numel`` elements."""
+    numel = max(1, numel)
+    partitions = min(target.partitions, numel)
+    free_target = max(1, TILE_BYTES_PER_PARTITION // itemsize(dtype))
+    if numel <= partitions * free_target:
+        return 1, partitions, ceil(numel / partitions)
+    tiles = ceil(numel / (partitions * free_target))
+    return tiles, partitions, ceil(numel / (tiles * partitions))
+
+
+def stream(ctx: OpContext, *, tiles: int, partitions: int, stages: list[Stage], loads: list[TileIO],
+           stores: list[TileIO], bufs: int = 2, max_groups: int = MAX_GROUPS, extra_deps: tuple = (),
+           extra_sbuf_bytes: int = 0) -> list[int]:
+    """Emit the pipeline; returns the last compute instruction of each tile group."""
+    if not stages:
+        raise ValueError(f"{ctx.record.name}: a tile pipeline needs at least one compute stage")
+    b = ctx.b
+    sizes = split_even(tiles, max_groups)
+    groups = len(sizes)
+    once_deps = list(extra_deps)
+    for io in (io for io in loads if io.once):
+        if ctx.in_sbuf(io.index):
+            once_deps.extend(ctx.ready_deps(io.index))
+        else:
+            once_deps.append(b.dma(io.nbytes, src="hbm", dst="sbuf", partitions=io.partitions,
+                                   row_bytes=io.row_bytes, src_bytes=io.hbm_bytes))
+    per_tile = [io for io in loads if not io.once]
+    last_stage: list[int] = []
+    store_ids: list[tuple] = []
+    for g, reps in enumerate(sizes):
+        # A buffer slot is free again once the group that used it `bufs` groups ago is done.
+        war = (last_stage[g - bufs],) if g >= bufs else ()
+        deps = list(once_deps)
+        for io in per_tile:
+            if ctx.in_sbuf(io.index):
+                deps.extend(ctx.ready_deps(io.index, g, groups))
+            else:
+                deps.append(b.dma(io.nbytes, src="hbm", dst="sbuf", partitions=io.partitions,
+                                  row_bytes=io.row_bytes, deps=war, repeat=reps))
+        prev = tuple(deps)
+        for s, st in enumerate(stages):
+            if s == len(stages) - 1 and g >= bufs:
+                prev = prev + store_ids[g - bufs]      # output slot still being stored
+            prev = (b.compute(st.engine, st.opcode, free_size=st.free_size, partitions=partitions,
+                              dtype=st.dtype, out_dtype=st.out_dtype, n_inputs=st.n_inputs, src=st.src,
+                              dst=st.dst, deps=prev, repeat=reps * st.count, flops=st.flops,
+                              out_free=st.out_free, **st.attrs),)
+        last_stage.append(prev[0])
+        group_stores = []
+        for io in stores:
+            if io.index < len(ctx.out_to_hbm) and ctx.out_to_hbm[io.index]:
+                group_stores.append(b.dma(io.nbytes, src="sbuf", dst="hbm", partitions=io.partitions,
+                                          row_bytes=io.row_bytes, deps=prev, repeat=reps))
+        store_ids.append(tuple(group_stores))
+    for io in stores:
+        ctx.set_ready(io.index, last_stage)
+    tile_bytes = sum(io.nbytes for io in per_tile) + sum(io.nbytes for io in stores)
+    b.note_sbuf(bufs * tile_bytes + sum(io.nbytes for io in loads if io.once) + extra_sbuf_bytes)
+    return last_stage
