@@ -51,11 +51,17 @@ class EmulatedDeviceProperties:
 
 
 def _gpu_model(config) -> tuple[str, tuple[int, int]]:
-    base = config.name.split("+", 1)[0]     # derived presets are named "h100+field,..."
-    try:
-        name, capability = GPU_MODELS[base]
-    except KeyError:
-        raise ValueError(f"no CUDA identity for GPU preset {config.name!r}; known: {', '.join(GPU_MODELS)}") from None
+    """The board a preset stands for; derived configs ("h100+hbm_bytes") keep their base's."""
+    from backend.sim.gpu import PRESETS
+
+    base = next((key for key in GPU_MODELS if config.name.startswith(key)), None)
+    if base is None:   # a renamed derivation: the preset with the same SMs and clock
+        base = next((key for key, preset in PRESETS.items() if key in GPU_MODELS and
+                     (preset.sm_count, preset.clock_hz) == (config.sm_count, config.clock_hz)), None)
+    if base is None:
+        raise ValueError(f"no CUDA identity for GPU config {config.name!r}: derive it from one of "
+                         f"{', '.join(GPU_MODELS)}")
+    name, capability = GPU_MODELS[base]
     return (name if base == config.name else f"{name} [{config.name}]"), capability
 
 
@@ -103,7 +109,7 @@ class EmulatedDevice:
     # -- simulated time ------------------------------------------------------------------------
     def clock_ns(self) -> float:
         """Simulated time of the device: when everything issued so far has finished."""
-        session = self.session or _recording_session()
+        session = self.session if self.session is not None else _recording_session()
         if session is None:
             raise RuntimeError(
                 "no simulator is recording this device's ops, so CUDA events have no clock: "

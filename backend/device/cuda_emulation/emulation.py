@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from .. import dispatch, memory, recording
+from .. import dispatch, memory, neuron_module, recording
 from ..factories import register_factories, unregister_factories
 from ..registration import register
 from . import autocast, compile_routing, cuda_api, guard, tensors
@@ -73,8 +73,10 @@ def _apply(patcher: Patcher, device: EmulatedDevice, backing: torch.device) -> N
     register_factories("CUDA")
     patcher.on_restore("aten CUDA allocators", lambda: unregister_factories("CUDA"))
     patcher.add(dispatch.SIMULATED_DEVICE_TYPES, "cuda", "SIMULATED_DEVICE_TYPES")
-    # Wrappers are counted in the books of the device type they were made for: both names
-    # must find the emulated device's books.
+    # Wrappers are counted in the books of the device type they were made for (allocations
+    # inside C++ name the backing device), so both names must find the emulated device's
+    # books. Select the neuron target first: selecting it later would reconfigure these.
+    neuron_module.get_target()
     patcher.setitem(memory._POOLS, "cuda", device.pool, "memory._POOLS")
     patcher.setitem(memory._POOLS, "neuron", device.pool, "memory._POOLS")
     cuda_api.install(patcher)
