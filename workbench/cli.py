@@ -18,7 +18,7 @@ import weakref
 from pathlib import Path
 
 from workbench.format import summary_rows
-from workbench.session import DEFAULT_TARGETS, SIMULATED_DEVICES, default_device, profile
+from workbench.session import DEFAULT_TARGETS, SIMULATED_DEVICES, default_device, ensure_compile_backend, profile
 
 __all__ = ["main", "build_parser", "compile_modules"]
 
@@ -53,6 +53,7 @@ def compile_modules(backend: str = "neuron"):
     """
     import torch
 
+    ensure_compile_backend(backend)
     original = torch.nn.Module.__call__
     compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
     state = threading.local()

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from workbench.format import fmt_bytes, fmt_time_s
-from workbench.session import DEFAULT_TARGETS, SIMULATED_DEVICES, compiled_graphs, default_device, profile
+from workbench.session import (DEFAULT_TARGETS, SIMULATED_DEVICES, compiled_graphs, default_device,
+                               ensure_compile_backend, profile)
 
 __all__ = ["compare", "Comparison", "COMPARISON_COLUMNS"]
 
@@ -87,7 +88,9 @@ def _targets_for(device: str, targets) -> list:
 
 def _compiled(fn: Callable, device: str, backend: str | None) -> Callable:
     import torch
-    return torch.compile(fn, backend=backend or ("inductor" if device == "cpu" else "neuron"))
+    backend = backend or ("inductor" if device == "cpu" else "neuron")
+    ensure_compile_backend(backend)
+    return torch.compile(fn, backend=backend)
 
 
 def _row(label, device, target, compiled, time_s, kind, prof=None, wall=0.0) -> dict:

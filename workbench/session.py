@@ -18,7 +18,7 @@ from collections.abc import Callable
 from workbench.profile import Profile
 
 __all__ = ["profile", "ProfileSession", "SIMULATED_DEVICES", "DEFAULT_TARGETS", "make_sink", "default_device",
-           "compiled_graphs"]
+           "compiled_graphs", "ensure_compile_backend"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,17 @@ def compiled_graphs() -> list:
     return list(compiled_graphs())
 
 
+def ensure_compile_backend(name: str | None) -> None:
+    """Register torch.compile's "neuron" backend if the compile layer has not done so yet."""
+    if name != "neuron":
+        return
+    try:
+        from backend.compile import register
+    except ImportError:
+        return
+    register()
+
+
 @contextlib.contextmanager
 def default_device(device: str, target: str | None = None):
     """Make ``device`` the default for new tensors while the block runs."""
@@ -68,16 +79,23 @@ def default_device(device: str, target: str | None = None):
         torch.set_default_device(previous)
 
 
-class _OpCounter:
-    """A second sink that only counts ops and kernels, for progress bars."""
+class _Sampler:
+    """A second sink, fed after the simulator's: counts ops for progress bars and samples the
+    device's allocated HBM at the simulated time each op ended (the allocation timeline)."""
 
-    def __init__(self, on_op: Callable[[int], None]):
-        self.on_op = on_op
+    def __init__(self, sink, device: str, on_op: Callable[[int], None] | None = None):
+        self.sink, self.device, self.on_op = sink, device, on_op
         self.count = 0
+        self.samples: list = []
 
     def feed(self, record) -> None:
+        from backend.device.memory import memory_for
         self.count += 1
-        self.on_op(self.count)
+        pool, ops = memory_for(self.device), self.sink.trace.ops
+        if pool is not None and ops:
+            self.samples.append((ops[-1].end_ns, pool.allocated_bytes))
+        if self.on_op is not None:
+            self.on_op(self.count)
 
     def feed_kernel(self, name, records, internal_bytes_saved=0, nodes=()) -> None:
         self.feed(None)
@@ -111,8 +129,8 @@ class ProfileSession:
         self._graphs_before = len(compiled_graphs()) if self._graphs_since is None else self._graphs_since
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(recording(self.sink, with_source=self.source))
-        if self.on_op is not None:
-            self._stack.enter_context(recording(_OpCounter(self.on_op)))
+        self.sampler = _Sampler(self.sink, self.device, self.on_op)
+        self._stack.enter_context(recording(self.sampler))
         self._start = time.perf_counter()
         return self.profile
 
@@ -121,8 +139,11 @@ class ProfileSession:
         self._stack.close()
         self.profile.meta["wall_time_s"] = wall
         graphs = compiled_graphs()[self._graphs_before:]
+        trace = self.sink.trace
+        if not trace.hbm_timeline:      # the simulator did not track allocations itself
+            trace.hbm_timeline = list(self.sampler.samples)
         # Keep what ran before an exception: a partial profile helps find the failing op.
-        self.profile._attach([self.sink.trace], graphs)
+        self.profile._attach([trace], graphs)
         if exc_type is not None:
             self.profile.meta["error"] = f"{exc_type.__name__}: {exc}"
         log.debug("profiled %d ops on %s %s in %.3f s", len(self.sink.trace.ops), self.device, self.target, wall)

@@ -138,3 +138,21 @@ def test_real_neuron_session_when_lowering_has_it():
         _work()
     assert prof.trace.device_kind == "neuron" and prof.summary["tensor_engine_active_time_percent"] > 0
     assert set(prof.timeline) >= {"tensor"}
+
+
+def test_allocation_timeline_is_sampled_from_the_device(gpu_sink):
+    from backend.device.memory import memory_for
+    torch.ones(1, device="neuron")                       # the pool exists from the first tensor on
+    base = memory_for("neuron").allocated_bytes
+    with profile() as prof:
+        a = torch.ones(256, 256, device="neuron")
+        b = a @ a
+        del a
+        c = b + 1
+    timeline = prof.memory["hbm_timeline"]
+    assert len(timeline) == len(prof.ops)
+    assert list(timeline["time_ns"]) == list(prof.ops["end_ns"])
+    assert timeline["allocated_bytes"].iloc[-1] == memory_for("neuron").allocated_bytes
+    mib_quarter = 256 * 256 * 4
+    assert list(timeline["allocated_bytes"] - base) == [mib_quarter, 2 * mib_quarter, 2 * mib_quarter]
+    del b, c

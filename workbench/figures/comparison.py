@@ -5,7 +5,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.figures.style import ENGINE_COLOURS, LEVEL_COLOURS, base_layout, empty_figure, time_scale
+from workbench.figures.style import ENGINE_COLOURS, LEVEL_COLOURS, base_layout, dma_queues, empty_figure, time_scale
 
 __all__ = ["comparison_figure", "profiles_figure"]
 
@@ -59,7 +59,8 @@ def profiles_figure(profiles: dict, *, title: str = "Eager vs compiled", height:
     if not profiles:
         return empty_figure(title, "no profiles to compare")
     labels = list(profiles)
-    busy = [p.trace.busy_ns_by_engine_class() for p in profiles.values()]
+    busy = [{e: ns / (dma_queues(p.trace) if e == "dma" else 1) for e, ns in p.trace.busy_ns_by_engine_class().items()}
+            for p in profiles.values()]
     summaries = [p.summary for p in profiles.values()]
     scale, unit = time_scale(max((max(b.values(), default=0.0) for b in busy), default=0.0))
     fig = _panels((f"engine busy time ({unit})", "HBM traffic (bytes)", "ops / kernels launched"))
@@ -69,7 +70,8 @@ def profiles_figure(profiles: dict, *, title: str = "Eager vs compiled", height:
         fig.add_bar(row=1, col=1, x=labels, y=[b.get(engine, 0.0) / scale for b in busy], name=engine,
                     legendgroup="engine", legendgrouptitle_text="engine",
                     marker_color=ENGINE_COLOURS.get(engine, "#7f7f7f"),
-                    hovertemplate=f"%{{x}}<br>{engine} busy %{{y:.4g}} {unit}<extra></extra>")
+                    hovertemplate=f"%{{x}}<br>{engine} busy %{{y:.4g}} {unit}"
+                    + (" (mean over DMA queues)" if engine == "dma" else "") + "<extra></extra>")
     for way, pattern in (("read", ""), ("write", "/")):
         fig.add_bar(row=1, col=2, x=labels, y=[s[f"hbm_{way}_bytes"] for s in summaries], name=f"HBM {way}",
                     legendgroup="hbm", legendgrouptitle_text="traffic",

@@ -54,8 +54,9 @@ def memory_figure(profile, *, top: int = 15, height: int = 820) -> go.Figure:
                         name="HBM allocated", mode="lines", line={"color": LEVEL_COLOURS["hbm"], "shape": "hv"},
                         fill="tozeroy", hovertemplate=f"%{{x:.4g}} {unit}<br>allocated %{{y:.4s}}B<extra></extra>")
     else:
-        fig.add_annotation(row=3, col=1, text="the device reported no allocation samples", showarrow=False,
+        fig.add_annotation(text="the device reported no allocation samples", showarrow=False,
                            x=0.5, y=0.5, xref="x3 domain", yref="y3 domain")
+        fig.update_yaxes(row=3, col=1, showticklabels=False)
     base_layout(fig, title, height=height, legend_title="level")
     fig.update_layout(barmode="group", bargap=0.15)
     fig.update_xaxes(row=1, col=1, tickangle=-30, automargin=True)   # the subplot title names the axis

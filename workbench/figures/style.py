@@ -4,7 +4,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 __all__ = ["ENGINE_COLOURS", "KIND_COLOURS", "LEVEL_COLOURS", "base_layout", "engine_colour",
-           "palette", "shade", "empty_figure", "time_scale"]
+           "palette", "shade", "empty_figure", "time_scale", "dma_queues"]
 
 # One colour per engine class so a track reads the same in every figure.
 ENGINE_COLOURS = {
@@ -19,6 +19,12 @@ LEVEL_COLOURS = {"hbm": "#1f77b4", "sbuf": "#2ca02c", "psum": "#ff7f0e"}
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
             "#17becf", "#bcbd22", "#7f7f7f", "#393b79", "#637939", "#8c6d31", "#843c39",
             "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363")
+
+
+def dma_queues(trace) -> int:
+    """DMA queue tracks of a trace's target; busy time summed over queues is divided by this so
+    DMA reads on the same scale as one engine (and as wall time)."""
+    return max(1, sum(1 for e in trace.engines if e.startswith("dma")))
 
 
 def engine_colour(engine: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from workbench.figures.style import ENGINE_COLOURS, base_layout, empty_figure, time_scale
+from workbench.figures.style import ENGINE_COLOURS, base_layout, dma_queues, empty_figure, time_scale
 
 __all__ = ["utilisation_figure", "op_table", "SORT_KEYS"]
 
@@ -50,14 +50,16 @@ def utilisation_figure(profile, *, group_by: str | None = None, sort: str = "tim
     scale, unit = time_scale(float(table["time_ns"].max()))
     engines = [c[:-len("_busy_ns")] for c in table.columns if c.endswith("_busy_ns")]
     engines = [e for e in ENGINE_COLOURS if e in engines] + sorted(set(engines) - set(ENGINE_COLOURS))
+    queues = dma_queues(profile.trace)
     fig = go.Figure()
     for engine in engines:
-        values = table[f"{engine}_busy_ns"] / scale
+        values = table[f"{engine}_busy_ns"] / scale / (queues if engine == "dma" else 1)
         if not values.any():
             continue
-        fig.add_bar(name=engine, orientation="h", y=table["label"], x=values,
+        name = f"dma (mean of {queues} queues)" if engine == "dma" and queues > 1 else engine
+        fig.add_bar(name=name, orientation="h", y=table["label"], x=values,
                     marker_color=ENGINE_COLOURS.get(engine, "#7f7f7f"),
-                    hovertemplate=f"%{{y}}<br>{engine} busy %{{x:.4g}} {unit}<extra></extra>")
+                    hovertemplate=f"%{{y}}<br>{name} busy %{{x:.4g}} {unit}<extra></extra>")
     fig.add_scatter(name="wall time", mode="markers", y=table["label"], x=table["time_ns"] / scale,
                     marker={"symbol": "line-ns-open", "size": 14, "color": "black", "line": {"width": 2}},
                     hovertemplate=f"%{{y}}<br>wall time %{{x:.4g}} {unit}<extra></extra>")
