@@ -67,7 +67,8 @@ def block_forward(s: OpStream, batch: int, seq: int, d: int, heads: int) -> dict
                 [s.t(batch, heads, seq, hd), s.t(batch, heads, seq)], is_causal=True, dropout_p=0.0)
     merged = s.op("aten::clone", [s.view(attn, batch, seq, heads, hd, strides=(heads * seq * hd, hd, seq * hd, 1))],
                   [s.t(batch, seq, heads, hd)])
-    proj = s.linear(s.view(merged, tokens, d), d, d)
+    merged = s.view(merged, tokens, d)
+    proj = s.linear(merged, d, d)
     x = s.op("aten::add", [x, proj], [s.t(tokens, d)], alpha=1)
     h2 = s.layer_norm(x, d)
     up = s.linear(h2, d, 4 * d)

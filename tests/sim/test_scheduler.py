@@ -1,0 +1,148 @@
+"""Golden timings for tiny programs, and scheduler invariants."""
+import pytest
+
+from backend.sim import Instruction, Program, Simulator, get_target
+
+TRN1, TRN2 = get_target("trn1"), get_target("trn2")
+VEC = 572 / 0.96            # trn2 tensor_scalar fp32, N=1024: 1024/2 + 60 cycles at 0.96 GHz
+ACT = 572 / 1.2             # trn2 activation fp32, N=512
+DEP_SCALAR = 100 / 1.2      # semaphore wait on ScalarE
+DMA32K = (32768 + 4 * 256) / 23
+
+
+def vec(**kw):
+    return Instruction("vector", "tensor_scalar", free_size=1024, **kw)
+
+
+def act(**kw):
+    return Instruction("scalar", "activation", free_size=512, **kw)
+
+
+def dma32k(**kw):
+    return Instruction("dma", "dma_copy", nbytes=32768, descriptors=4, dma_engines=1, src="hbm", dst="sbuf", **kw)
+
+
+def run(target, *instrs, **program_kw):
+    program = Program("p", **program_kw)
+    for ins in instrs:
+        program.add(ins)
+    return Simulator(target).run(program)
+
+
+def test_independent_engines_overlap():
+    trace = run(TRN2, vec(), act())
+    assert trace.total_time_ns == pytest.approx(VEC)
+    assert [(e.engine, e.start_ns) for e in trace.events] == [("vector", 0.0), ("scalar", 0.0)]
+
+
+def test_dependency_waits_and_pays_semaphore():
+    trace = run(TRN2, vec(), act(deps=(0,)))
+    scalar = trace.events[1]
+    assert scalar.start_ns == pytest.approx(VEC)
+    assert trace.total_time_ns == pytest.approx(VEC + ACT + DEP_SCALAR)
+
+
+def test_dma_start_latency_paid_once_per_queued_burst():
+    assert run(TRN2, dma32k()).total_time_ns == pytest.approx(1300 + DMA32K)
+    assert run(TRN2, dma32k(repeat=3)).total_time_ns == pytest.approx(1300 + 3 * DMA32K)
+    # a second transfer on another engine overlaps the first
+    two = run(TRN2, dma32k(), dma32k())
+    assert two.total_time_ns == pytest.approx(1300 + DMA32K)
+    assert {e.engine for e in two.events} == {"dma0", "dma1"}
+
+
+def test_transfer_spans_engines_per_8_partitions():
+    trace = run(TRN2, Instruction("dma", "dma_copy", nbytes=128 * 1024, descriptors=128, dma_engines=16,
+                                  src="hbm", dst="sbuf"))
+    assert len(trace.events) == 16 and all(e.bytes_moved == 8192 for e in trace.events)
+
+
+def test_port_conflicts_only_on_nc_v2():
+    gp = Instruction("gpsimd", "iota", free_size=1000)
+    v = Instruction("vector", "tensor_copy", free_size=1000)
+    t1 = run(TRN1, v, gp)
+    assert t1.total_time_ns == pytest.approx(1060 / 1.12 + 1210 / 1.4)
+    t2 = run(TRN2, Instruction("vector", "tensor_copy", free_size=1000), Instruction("gpsimd", "iota", free_size=1000))
+    assert t2.total_time_ns == pytest.approx(max((500 + 60) / 0.96, 1210 / 1.2))
+    # Vector and Scalar only conflict when both touch PSUM
+    vp = Instruction("vector", "tensor_copy", free_size=1000, src="psum")
+    sp = Instruction("scalar", "activation", free_size=1000, src="psum")
+    assert run(TRN1, vp, sp).total_time_ns == pytest.approx(1060 / 1.12 + 1060 / 1.4)
+    ss = Instruction("scalar", "activation", free_size=1000)
+    assert run(TRN1, Instruction("vector", "tensor_copy", free_size=1000, src="psum"), ss).total_time_ns == \
+        pytest.approx(1060 / 1.12)
+
+
+def test_late_store_does_not_block_an_unrelated_load():
+    long = Instruction("vector", "tensor_copy", free_size=20000)
+    store = Instruction("dma", "dma_copy", nbytes=32768, descriptors=4, dma_engines=16, src="sbuf", dst="hbm",
+                        deps=(0,))
+    trace = run(TRN2, long, store, dma32k())
+    load = [e for e in trace.events if e.op_index == 0 and e.engine.startswith("dma")][-1]
+    assert load.start_ns == pytest.approx(1300)
+
+
+def test_launch_overhead_runs_ahead_until_a_sync():
+    sim = Simulator(TRN2)
+    for _ in range(2):
+        p = Program("op", launch_overhead_ns=5000.0)
+        p.add(vec())
+        sim.feed(p)
+    a, b = sim.trace.ops
+    assert (a.start_ns, b.start_ns) == (5000.0, 10000.0)        # launch-bound
+    sim = Simulator(TRN2)
+    first = Program("read", launch_overhead_ns=5000.0, sync=True)
+    first.add(Instruction("vector", "tensor_copy", free_size=20000))
+    sim.feed(first)
+    second = Program("op", launch_overhead_ns=5000.0)
+    second.add(vec())
+    s = sim.feed(second)
+    assert s.start_ns == pytest.approx(sim.trace.ops[0].end_ns + 5000.0)
+
+
+def test_views_take_no_time_and_ops_run_back_to_back():
+    sim = Simulator(TRN2)
+    p = Program("op")
+    p.add(vec())
+    sim.feed(p)
+    v = sim.feed(Program("aten::view", "view"))
+    sim.feed(p)
+    ops = sim.trace.ops
+    assert v.time_ns == 0 and v.start_ns == ops[0].end_ns
+    assert ops[2].start_ns == pytest.approx(ops[0].end_ns)
+    assert [op.op_index for op in ops] == [0, 1, 2]
+
+
+def test_event_bound_and_tracks():
+    program = Program("many")
+    for _ in range(10):
+        program.add(vec())
+    trace = Simulator(TRN2, max_events=3).run(program)
+    assert len(trace.events) == 3 and trace.events_dropped == 7
+    assert trace.ops[0].instruction_count == 10
+    assert trace.engines[:5] == ("tensor", "vector", "scalar", "gpsimd", "dma0")
+    assert trace.engines[-1] == "host" and len(trace.engines) == 4 + 16 + 1
+
+
+def test_program_rejects_bad_instructions():
+    p = Program("bad")
+    with pytest.raises(ValueError, match="earlier"):
+        p.add(vec(deps=(0,)))
+    with pytest.raises(ValueError, match="engine"):
+        p.add(Instruction("npu", "x"))
+    with pytest.raises(ValueError, match="repeat"):
+        p.add(vec(repeat=0))
+    with pytest.raises(ValueError, match="kind"):
+        Program("x", "warp")
+
+
+def test_summary_rollup():
+    trace = run(TRN2, vec(repeat=4, flops=4096, traffic={"sbuf_read_bytes": 100}), act(deps=(0,)), dma32k())
+    s = trace.summary()
+    assert s["instruction_count"] == 6
+    assert (s["vector_instruction_count"], s["scalar_instruction_count"], s["dma_instruction_count"]) == (4, 1, 1)
+    assert s["sbuf_read_bytes"] == 100
+    for key, value in s.items():
+        if key.endswith("_percent"):
+            assert 0.0 <= value <= 100.0, key
+    assert s["vector_engine_active_time_percent"] == pytest.approx(100 * 4 * VEC / trace.total_time_ns)
