@@ -1,14 +1,48 @@
 """The Neuron workbench: run unchanged PyTorch code on a simulated NeuronCore (``neuron``) or an
 emulated GPU (``cuda``) and see where the time goes.
 
-``import workbench`` registers the ``neuron`` device; everything else is imported on use.
+``import workbench`` registers the ``neuron`` device and the ``"neuron"`` compile backend;
+everything else (pandas, plotly, widgets) is imported on first use of the name.
 """
+from importlib import import_module
+
 from backend.device import register as _register_device
 
 _register_device()
 
-__all__ = ["__version__"]
 __version__ = "0.1.0"
+
+# public name -> module that defines it (imported lazily, PEP 562)
+_LAZY = {
+    "profile": "workbench.session",
+    "Profile": "workbench.profile",
+    "compare": "workbench.compare",
+    "Comparison": "workbench.compare",
+    "load_trace": "workbench.export",
+    "Dashboard": "workbench.widgets",
+    "set_device": "workbench.devices",
+    "use_device": "workbench.devices",
+    "active_device": "workbench.devices",
+    "move": "workbench.devices",
+    "migration_report": "workbench.migration",
+    "MigrationReport": "workbench.migration",
+}
+__all__ = ["__version__", "figures", *_LAZY]
+
+
+def __getattr__(name):
+    if name == "figures":
+        return import_module("workbench.figures")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
 
 
 def load_ipython_extension(ipython):

@@ -20,6 +20,8 @@ _suspend_depth = 0
 _counter = itertools.count()
 _SCALARS = (int, float, bool, str, type(None))
 fallback_ops: set[str] = set()   # aten names the device reports as host fallbacks
+# Ops whose schema does not say "view" but which only re-describe existing memory.
+ZERO_COPY_OPS = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "aten::_reshape_alias"})
 
 
 def active_sinks() -> list:
@@ -101,7 +103,7 @@ def make_record(func, args, kwargs, host_inputs, host_outputs, *, transfer=None,
         inputs=tuple(describe(t) for t in host_inputs),
         outputs=tuple(describe(t) for t in host_outputs),
         attrs=attrs,
-        is_view=func.is_view,
+        is_view=func.is_view or name in ZERO_COPY_OPS,
         fallback=name in fallback_ops,
         transfer=transfer,
         source=_source_line() if with_source else None,
