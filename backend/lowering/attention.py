@@ -50,7 +50,8 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
                      repeat=r * max(1, int(qt * dt_tiles * kn * frac)))
         chain = (s,)
         if causal:
-            chain = (b.compute("gpsimd", "affine_select", free_size=128, dtype="float32", src="psum",
+            # GpSimdE cannot read PSUM: the diagonal score blocks are masked in SBUF
+            chain = (b.compute("gpsimd", "affine_select", free_size=128, dtype="float32",
                                deps=chain, repeat=r * qt),)
         mx = b.compute("vector", "tensor_reduce", free_size=keys, dtype="float32", src="psum", deps=chain,
                        repeat=r * qt, alu="max")

@@ -9,6 +9,7 @@ usual way to reduce across partitions.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from math import ceil, prod
 
 from backend.lowering.builder import OpContext
@@ -20,6 +21,7 @@ from backend.sim.descriptors import TensorDesc
 __all__ = ["row_pipeline", "reduced_dims"]
 
 BN_STATS_FMAX = 512
+_CHUNK_ELEMS = 4096           # free elements per chunk of a row that does not fit SBUF
 
 
 def reduced_dims(t: TensorDesc, attrs: dict) -> tuple[int, ...]:
@@ -35,18 +37,26 @@ def reduced_dims(t: TensorDesc, attrs: dict) -> tuple[int, ...]:
 def row_pipeline(ctx: OpContext, rows: int, width: int, stages: list, *, row_inputs: tuple = (0,),
                  row_outputs: tuple = (0,), small_outputs: tuple = (), once_inputs: tuple = (),
                  passes: int = 1) -> None:
-    """Rows on partitions, ``width`` elements each; ``passes`` > 1 re-reads rows that do not fit."""
+    """Rows on partitions, ``width`` elements each.
+
+    Rows too long for SBUF (``passes`` > 1) are cut into chunks: every stage runs per chunk and
+    the row is streamed ``passes`` times (statistics first, then the pass that applies them).
+    """
     t = ctx.target
     parts = min(t.partitions, max(1, rows))
-    tiles = ceil(rows / parts)
-    loads = [TileIO(i, parts * width * ctx.inputs[i].itemsize * passes, width * ctx.inputs[i].itemsize, parts)
+    chunk = width if passes == 1 else min(width, _CHUNK_ELEMS)
+    chunks = ceil(width / chunk)
+    if chunks > 1:
+        stages = [replace(st, free_size=chunk) if st.free_size == width else st for st in stages]
+    tiles = ceil(rows / parts) * chunks
+    loads = [TileIO(i, parts * chunk * ctx.inputs[i].itemsize * passes, chunk * ctx.inputs[i].itemsize, parts)
              for i in row_inputs if ctx.inputs[i].numel]
     loads += [TileIO(i, parts * min(width, ctx.inputs[i].numel) * ctx.inputs[i].itemsize,
                      min(width, ctx.inputs[i].numel) * ctx.inputs[i].itemsize, parts, once=True,
                      hbm_bytes=ctx.inputs[i].nbytes) for i in once_inputs if ctx.inputs[i].numel]
-    stores = [TileIO(k, parts * width * ctx.outputs[k].itemsize, width * ctx.outputs[k].itemsize, parts)
+    stores = [TileIO(k, parts * chunk * ctx.outputs[k].itemsize, chunk * ctx.outputs[k].itemsize, parts)
               for k in row_outputs if k < len(ctx.outputs) and ctx.outputs[k].numel]
-    stores += [TileIO(k, parts * ctx.outputs[k].itemsize, ctx.outputs[k].itemsize, parts)
+    stores += [TileIO(k, ctx.outputs[k].nbytes // tiles or ctx.outputs[k].itemsize, ctx.outputs[k].itemsize, parts)
                for k in small_outputs if k < len(ctx.outputs) and ctx.outputs[k].numel]
     stream(ctx, tiles=tiles, partitions=parts, stages=stages, loads=loads, stores=stores)
 

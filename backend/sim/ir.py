@@ -93,6 +93,8 @@ class Program:
             raise ValueError(f"unknown engine {instr.engine!r}; expected one of {ENGINES}")
         if instr.repeat < 1:
             raise ValueError(f"{instr.opcode}: repeat must be >= 1, got {instr.repeat}")
+        if instr.engine == "gpsimd" and "psum" in (instr.src, instr.dst):
+            raise ValueError(f"{instr.opcode}: GpSimdE cannot access PSUM")
         for d in instr.deps:
             if not 0 <= d < index:
                 raise ValueError(f"{instr.opcode}: dependency {d} is not an earlier instruction (index {index})")

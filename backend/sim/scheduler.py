@@ -96,12 +96,20 @@ class Simulator:
         summary = replace(program.info, op_index=len(self.trace.ops), start_ns=start_ns, end_ns=start_ns,
                           busy_ns={}, instruction_counts={}, nodes=tuple(program.info.nodes))
         if program.instructions:
+            self._check_capacity(program)
             summary.end_ns = self._schedule(program, start_ns, summary)
         self._device_free_ns = max(self._device_free_ns, summary.end_ns)
         if program.sync:
             self._host_ns = max(self._host_ns, summary.end_ns)
         self.trace.ops.append(summary)
         return summary
+
+    def _check_capacity(self, program: Program) -> None:
+        """A plan larger than SBUF or PSUM is a lowering bug: say so rather than time it silently."""
+        t, info = self.target, program.info
+        if info.sbuf_peak_bytes > t.sbuf_usable_bytes or info.psum_peak_bytes > t.psum_bytes:
+            log.warning("%s plans %d B of SBUF (usable %d) and %d B of PSUM (%d) on %s", info.name,
+                        info.sbuf_peak_bytes, t.sbuf_usable_bytes, info.psum_peak_bytes, t.psum_bytes, t.name)
 
     def _schedule(self, program: Program, start_ns: float, summary: OpSummary) -> float:
         t = self.target

@@ -149,3 +149,19 @@ def test_lower_into_reports_unlowered():
     from backend.sim import Program
     record = OpRecord(0, "aten::no_such_op", (T((4,), "float32"),), (T((4,), "float32"),))
     assert not lower_into(OpContext(record, t, Builder(Program("x"), t)))
+
+
+def test_gpsimd_never_touches_psum():
+    from backend.sim import Instruction, Program
+    with pytest.raises(ValueError, match="PSUM"):
+        Program("x").add(Instruction("gpsimd", "iota", src="psum"))
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
+def test_gpt2_ops_fit_on_chip(target):
+    from benchmarks.op_streams import gpt2_training_step
+    t = get_target(target)
+    for record in gpt2_training_step(layers=1):
+        info = lower(record, target).info
+        assert info.sbuf_peak_bytes <= t.sbuf_usable_bytes, (record.name, info.sbuf_peak_bytes)
+        assert info.psum_peak_bytes <= t.psum_bytes, record.name
