@@ -29,6 +29,18 @@ def _peak(resident: set, sizes: dict, last_use: dict, n: int) -> int:
     return max((sum(sizes[r] for r in resident if r[0] <= j <= last_use[r]) for j in range(n)), default=0)
 
 
+def _through_views(records: Sequence[OpRecord], links: dict) -> dict:
+    """Point links at a view's output to what the view aliases; a view of an HBM input
+    leaves its consumers reading HBM. Views then carry no data of their own."""
+    def root(ref):
+        while ref is not None and records[ref[0]].is_view:
+            ref = links.get((ref[0], 0))
+        return ref
+
+    resolved = {c: root(p) for c, p in links.items() if not records[c[0]].is_view}
+    return {c: p for c, p in resolved.items() if p is not None}
+
+
 def _plan_residency(records: Sequence[OpRecord], links: Mapping, budget: int) -> tuple[set, int]:
     """Intermediates kept in SBUF, and the bytes spilled (store + one load per consumer)."""
     sizes = {p: records[p[0]].outputs[p[1]].nbytes for p in links.values()}
@@ -70,6 +82,7 @@ def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronCon
     for (c, i), (p, k) in links.items():
         if not (0 <= p < c < len(records)) or i >= len(records[c].inputs) or k >= len(records[p].outputs):
             raise ValueError(f"{name}: bad link {(c, i)} <- {(p, k)}")
+    links = _through_views(records, links)
     consumed = set(links.values())
     escaping = set(outputs) if outputs is not None else {
         (j, k) for j, r in enumerate(records) for k in range(len(r.outputs)) if (j, k) not in consumed}
@@ -85,11 +98,7 @@ def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronCon
     ready: dict = {}            # producer output -> instruction ids after which it is available
     for j, rec in enumerate(records):
         src = [links.get((j, i)) for i in range(len(rec.inputs))]
-        if rec.is_view:         # an alias inside the kernel: the output is the input
-            for k in range(len(rec.outputs)):
-                ready[(j, k)] = ready.get(src[0]) if src and src[0] else ()
-            if src and src[0] in resident:
-                resident.update((j, k) for k in range(len(rec.outputs)))
+        if rec.is_view:         # aliases cost nothing; links already point through them
             continue
         b.base_deps = tuple(d for s in src if s and s not in resident for d in ready.get(s, ())[-1:])
         in_ready = [ready.get(s) if s in resident else None for s in src]

@@ -89,6 +89,11 @@ def _linear(ctx: OpContext) -> None:
          b_transposed=w.strides is None or w.strides[-1] == 1)
 
 
+def _reuse(patch_elements: int, input_elements: int) -> int:
+    """How many times each input element appears in the implicit im2col matrix (taps / stride^2)."""
+    return max(1, round(patch_elements / max(1, input_elements)))
+
+
 def _conv_dims(x: TensorDesc, w: TensorDesc, attrs: dict):
     groups = int(attrs.get("groups", 1) or 1)
     transposed = bool(attrs.get("transposed", False))
@@ -108,7 +113,7 @@ def _convolution(ctx: OpContext) -> None:
     pixels = x.shape[0] * prod((x if ctx.attrs.get("transposed") else out).shape[2:])
     gemm(ctx, batch=groups, m=c_out_g, k=c_in_g * taps, n=pixels, a=1, b=0,
          bias=2 if len(ctx.inputs) > 2 else None, a_transposed=True, b_transposed=False,
-         k_tile=min(128, c_in_g), b_reuse=taps)
+         k_tile=min(128, c_in_g), b_reuse=_reuse(c_in_g * taps * pixels, x.numel // groups))
 
 
 @lowering("aten::convolution_backward", "aten::convolution_backward_overrideable")
@@ -121,10 +126,11 @@ def _convolution_backward(ctx: OpContext) -> None:
     in_pixels = x.shape[0] * prod(x.shape[2:])
     if mask[0]:
         gemm(ctx, batch=groups, m=c_in_g, k=c_out_g * taps, n=in_pixels, a=2, b=0, a_transposed=False,
-             b_transposed=False, k_tile=min(128, c_out_g), b_reuse=taps)
+             b_transposed=False, k_tile=min(128, c_out_g),
+             b_reuse=_reuse(c_out_g * taps * in_pixels, grad_out.numel // groups))
     if len(mask) > 1 and mask[1]:
         gemm(ctx, batch=groups, m=c_out_g, k=out_pixels, n=c_in_g * taps, a=0, b=1, a_transposed=True,
-             b_transposed=True, b_reuse=taps, out=1)
+             b_transposed=True, b_reuse=_reuse(out_pixels * c_in_g * taps, x.numel // groups), out=1)
     if len(mask) > 2 and mask[2]:
         # grad_bias: a column sum of grad_out, one ones-vector matmul per 128 x 512 tile.
         gemm(ctx, batch=1, m=1, k=out_pixels, n=grad_out.shape[1], a=0, b=0, a_transposed=False,

@@ -22,6 +22,7 @@ __all__ = ["row_pipeline", "reduced_dims"]
 
 BN_STATS_FMAX = 512
 _CHUNK_ELEMS = 4096           # free elements per chunk of a row that does not fit SBUF
+_ROW_BUFFERS = 4              # row tiles in flight per partition (in, out, double-buffered)
 
 
 def reduced_dims(t: TensorDesc, attrs: dict) -> tuple[int, ...]:
@@ -36,16 +37,20 @@ def reduced_dims(t: TensorDesc, attrs: dict) -> tuple[int, ...]:
 
 def row_pipeline(ctx: OpContext, rows: int, width: int, stages: list, *, row_inputs: tuple = (0,),
                  row_outputs: tuple = (0,), small_outputs: tuple = (), once_inputs: tuple = (),
-                 passes: int = 1) -> None:
+                 two_pass: bool = False) -> None:
     """Rows on partitions, ``width`` elements each.
 
-    Rows too long for SBUF (``passes`` > 1) are cut into chunks: every stage runs per chunk and
-    the row is streamed ``passes`` times (statistics first, then the pass that applies them).
+    Rows too long for a few SBUF buffers are cut into chunks and every stage runs per chunk; an
+    op that must see the whole row before writing it (``two_pass``: softmax, norms) then
+    streams the row twice, statistics first, then the pass that applies them.
     """
     t = ctx.target
     parts = min(t.partitions, max(1, rows))
-    chunk = width if passes == 1 else min(width, _CHUNK_ELEMS)
+    widest = max((ctx.inputs[i].itemsize for i in row_inputs if ctx.inputs[i].numel), default=4)
+    fits = width * widest * _ROW_BUFFERS <= t.sbuf_partition_bytes
+    chunk = width if fits else min(width, _CHUNK_ELEMS)
     chunks = ceil(width / chunk)
+    passes = 2 if two_pass and chunks > 1 else 1
     if chunks > 1:
         stages = [replace(st, free_size=chunk) if st.free_size == width else st for st in stages]
     tiles = ceil(rows / parts) * chunks
@@ -64,11 +69,6 @@ def row_pipeline(ctx: OpContext, rows: int, width: int, stages: list, *, row_inp
 def _rows_width(t: TensorDesc, dim: int = -1) -> tuple[int, int]:
     width = t.shape[dim] if t.shape else 1
     return max(1, t.numel // max(1, width)), max(1, width)
-
-
-def _passes(ctx: OpContext, width: int, dtype_bytes: int, buffers: int = 4) -> int:
-    """Rows too long for a few SBUF buffers per partition are streamed twice (stats, then apply)."""
-    return 1 if width * dtype_bytes * buffers <= ctx.target.sbuf_partition_bytes else 2
 
 
 def _vec(opcode, free, dtype, n_inputs=1, count=1, **attrs):
@@ -123,7 +123,7 @@ def _softmax(ctx: OpContext) -> None:
               _act(width, dtype, "exp", "activation_reduce"),           # exp(x - max) and its row sum
               _vec("reciprocal", 1, "float32"),                         # 1 / sum
               _vec("tensor_scalar", width, dtype, alu="multiply")]      # normalise
-    row_pipeline(ctx, rows, width, stages, passes=_passes(ctx, width, x.itemsize))
+    row_pipeline(ctx, rows, width, stages, two_pass=True)
 
 
 @lowering("aten::_softmax_backward_data", "aten::_log_softmax_backward_data")
@@ -134,7 +134,7 @@ def _softmax_backward(ctx: OpContext) -> None:
               _vec("tensor_reduce", width, g.dtype, alu="add"),          # sum(g * y)
               _vec("tensor_tensor", width, g.dtype, 2, alu="subtract"),  # g - sum
               _vec("tensor_tensor", width, g.dtype, 2, alu="multiply")]  # * y
-    row_pipeline(ctx, rows, width, stages, row_inputs=(0, 1), passes=_passes(ctx, width, g.itemsize))
+    row_pipeline(ctx, rows, width, stages, row_inputs=(0, 1), two_pass=True)
 
 
 def _norm_stats(width: int, dtype: str) -> list:
@@ -154,7 +154,7 @@ def _layer_norm(ctx: OpContext) -> None:
               _act(width, x.dtype, "identity"),                         # (x - mean) * rstd on ScalarE
               *[_vec("tensor_tensor", width, x.dtype, 2, alu=a) for a in ("multiply", "add")[:affine]]]
     row_pipeline(ctx, rows, width, stages, once_inputs=tuple(range(1, len(ctx.inputs))),
-                 small_outputs=(1, 2), passes=_passes(ctx, width, x.itemsize))
+                 small_outputs=(1, 2), two_pass=True)
 
 
 @lowering("aten::_fused_rms_norm", "aten::rms_norm")
@@ -165,7 +165,8 @@ def _rms_norm(ctx: OpContext) -> None:
     stages = [_act(width, x.dtype, "square", "activation_reduce"),     # sum of squares
               _vec("tensor_scalar", 1, "float32", alu="rsqrt"),
               _vec("tensor_tensor", width, x.dtype, 2, alu="multiply")]  # x * rstd * weight
-    row_pipeline(ctx, rows, width, stages, once_inputs=tuple(range(1, len(ctx.inputs))), small_outputs=(1,))
+    row_pipeline(ctx, rows, width, stages, once_inputs=tuple(range(1, len(ctx.inputs))), small_outputs=(1,),
+                 two_pass=True)
 
 
 @lowering("aten::native_batch_norm", "aten::_native_batch_norm_legit", "aten::native_group_norm",
@@ -180,8 +181,7 @@ def _batch_group_norm(ctx: OpContext) -> None:
         rows = x.shape[1] if len(x.shape) > 1 else 1
     width = max(1, x.numel // max(1, rows))
     stages = [*_norm_stats(width, x.dtype), _act(width, x.dtype, "identity")]
-    row_pipeline(ctx, rows, width, stages, small_outputs=tuple(range(1, len(ctx.outputs))),
-                 passes=_passes(ctx, width, x.itemsize))
+    row_pipeline(ctx, rows, width, stages, small_outputs=tuple(range(1, len(ctx.outputs))), two_pass=True)
 
 
 @lowering("aten::native_layer_norm_backward", "aten::_fused_rms_norm_backward",
@@ -201,7 +201,7 @@ def _norm_backward(ctx: OpContext) -> None:
               _vec("tensor_tensor", width, dtype, 2, count=2, alu="subtract"),
               _act(width, dtype, "identity")]                              # * rstd
     row_pipeline(ctx, rows, width, stages, row_inputs=(0, 1), row_outputs=(0,),
-                 once_inputs=tuple(i for i in range(2, len(ctx.inputs))), passes=_passes(ctx, width, g.itemsize))
+                 once_inputs=tuple(i for i in range(2, len(ctx.inputs))), two_pass=True)
     mask = ctx.attrs.get("output_mask", (True, True, True))
     for k in (1, 2):
         if k < len(ctx.outputs) and ctx.outputs[k].numel and (len(mask) <= k or mask[k]):

@@ -95,3 +95,15 @@ def test_gpt2_step_simulates():
     assert s["fallback_count"] == 0
     assert s["total_time_ns"] > 0 and s["instruction_count"] > len(records)
     assert lower(records[0]).kind == "op"
+
+
+def test_views_inside_a_kernel_alias_their_source():
+    x = T((1024, 768), "float32")
+    y = T((768, 1024), "float32", (1, 768))
+    records = [OpRecord(0, "aten::exp", (x,), (x,), {}),
+               OpRecord(1, "aten::t", (x,), (y,), {}, is_view=True),
+               OpRecord(2, "aten::mul", (y, y), (T((768, 1024), "float32"),), {})]
+    kernel = lower_kernel("k", records, links={(1, 0): (0, 0), (2, 0): (1, 0), (2, 1): (1, 0)})
+    fused = Simulator("trn2").run(kernel).ops[0]
+    assert kernel.info.spill_bytes == 0
+    assert fused.hbm_read_bytes == x.nbytes and fused.hbm_write_bytes == x.nbytes
