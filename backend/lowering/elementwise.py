@@ -75,8 +75,9 @@ def elementwise(ctx: OpContext, stages_for: StageFn, *, read_inputs: bool = True
         else:
             share = -(-t.nbytes // tiles)
             loads.append(TileIO(i, share, max(t.itemsize, share // parts), parts))
-    stores = [TileIO(k, tile_elems * o.itemsize, free * o.itemsize, parts)
-              for k, o in enumerate(ctx.outputs) if o.numel]
+    # an in-place op that reports no outputs writes its first input back
+    outs = ctx.outputs or (ctx.inputs[:1] if ctx.record.name.endswith("_") else ())
+    stores = [TileIO(k, tile_elems * o.itemsize, free * o.itemsize, parts) for k, o in enumerate(outs) if o.numel]
     stream(ctx, tiles=tiles, partitions=parts, stages=stages_for(free, dtype, full_inputs, ctx),
            loads=loads, stores=stores)
 
@@ -183,7 +184,5 @@ def _multi_tensor(ctx: OpContext) -> None:
     loads = [TileIO(0, tile_bytes, free * ctx.inputs[0].itemsize, parts)]
     out_bytes = sum(t.nbytes for t in ctx.outputs) or (ctx.inputs[0].nbytes if name.endswith("_") else 0)
     stores = [TileIO(0, max(1, out_bytes // tiles), free * ctx.inputs[0].itemsize, parts)] if out_bytes else []
-    if not ctx.outputs:
-        ctx.out_to_hbm = [True]
     stream(ctx, tiles=tiles, partitions=parts, loads=loads, stores=stores,
            stages=[_vec("tensor_tensor", free, dtype, 2, alu="add")] * ops_per_element)

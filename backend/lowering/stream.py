@@ -102,7 +102,8 @@ def stream(ctx: OpContext, *, tiles: int, partitions: int, stages: list[Stage], 
         last_stage.append(prev[0])
         group_stores = []
         for io in stores:
-            if io.index < len(ctx.out_to_hbm) and ctx.out_to_hbm[io.index]:
+            # outputs the record does not list (an in-place op's self) are stored
+            if io.index >= len(ctx.out_to_hbm) or ctx.out_to_hbm[io.index]:
                 group_stores.append(b.dma(io.nbytes, src="sbuf", dst="hbm", partitions=io.partitions,
                                           row_bytes=io.row_bytes, deps=prev, repeat=reps))
         store_ids.append(tuple(group_stores))

@@ -180,3 +180,9 @@ def test_convolution_as_implicit_gemm(stride, channels):
     # the input crosses HBM about once, not once per filter tap
     assert op.hbm_read_bytes < 3 * (x.nbytes + w.nbytes)
     assert op.busy_ns["tensor"] == max(v for k, v in op.busy_ns.items() if k != "dma")
+
+
+def test_in_place_op_without_listed_outputs_still_writes_back():
+    x = T((4096,), "float32")
+    op = run(OpRecord(0, "aten::mul_", (x, x), (), {}))
+    assert op.hbm_write_bytes == x.nbytes and op.hbm_read_bytes == 2 * x.nbytes
