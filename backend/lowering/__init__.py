@@ -5,7 +5,7 @@ Importing the package registers every op lowering; ``lower`` handles one eager o
 """
 from backend.lowering import attention, data, elementwise, indexing, matmul, reductions  # noqa: F401
 from backend.lowering.eager import lower
-from backend.lowering.flops import is_matmul_like, op_flops, op_min_bytes
+from backend.sim.flops import is_matmul_like, op_flops, op_min_bytes
 from backend.lowering.kernel import lower_kernel
 from backend.lowering.registry import lowering, registered_lowerings
 from backend.lowering.session import EagerSession, simulate

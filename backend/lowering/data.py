@@ -9,7 +9,7 @@ nothing lowers runs on the host: its inputs go down, the host computes, its outp
 from __future__ import annotations
 
 from backend.lowering.builder import Builder, OpContext
-from backend.lowering.flops import op_flops, op_min_bytes
+from backend.sim.flops import op_flops, op_min_bytes
 from backend.lowering.registry import lowering
 from backend.lowering.stream import Stage, TileIO, elementwise_tiling, stream
 from backend.sim.descriptors import OpRecord, TensorDesc

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from backend.lowering.builder import Builder, OpContext
 from backend.lowering.data import fallback_into
 from backend.lowering.eager import lower_into
-from backend.lowering.flops import op_flops
+from backend.sim.flops import op_flops
 from backend.sim.descriptors import OpRecord
 from backend.sim.ir import Program
 from backend.sim.presets import NeuronConfig, get_target

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from backend.lowering.builder import OpContext
-from backend.lowering.flops import base_name
+from backend.sim.flops import base_name
 from backend.sim.registry import Registry
 
 __all__ = ["lowering", "lowering_for", "registered_lowerings", "is_free_op"]

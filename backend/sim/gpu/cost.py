@@ -12,7 +12,7 @@ PyTorch issues kernels one by one from the host. Which unit computes:
 - everything else runs on CUDA cores at max_compute_efficiency x the fp32 (fp64) peak, which
   almost never matters: such ops are memory-bound.
 
-FLOPs and minimum HBM bytes come from ``backend.lowering.flops`` so that the GPU and the
+FLOPs and minimum HBM bytes come from ``backend.sim.flops`` so that the GPU and the
 NeuronCore count the same work.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from backend.lowering.flops import is_matmul_like, op_flops, op_min_bytes, storage_bytes
+from backend.sim.flops import is_matmul_like, op_flops, op_min_bytes, storage_bytes
 from backend.sim.descriptors import DTYPE_BYTES, OpRecord
 from backend.sim.gpu.presets import GpuConfig
 from backend.sim.gpu.shapes import gemm_shape

@@ -1,6 +1,6 @@
 """The GEMM a matrix-unit op runs as, read from its OpRecord descriptors.
 
-Only the problem's geometry lives here; its FLOPs come from ``backend.lowering.flops`` and the
+Only the problem's geometry lives here; its FLOPs come from ``backend.sim.flops`` and the
 ratio of the two becomes the tile model's ``work_scale``. Ops whose geometry is not known here
 (convolution backward, for one) return None and are costed without shape losses.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from math import prod
 
-from backend.lowering.flops import base_name
+from backend.sim.flops import base_name
 from backend.sim.descriptors import OpRecord
 from backend.sim.gpu.tiling import GemmShape
 

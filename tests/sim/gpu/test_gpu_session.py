@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.lowering.flops import op_flops, op_min_bytes
+from backend.sim.flops import op_flops, op_min_bytes
 from backend.sim.gpu import GPU_ENGINES, GpuSession, h100, record_cost
 from gpu_records import ROUND, T, rec
 

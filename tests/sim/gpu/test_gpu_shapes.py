@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.lowering.flops import op_flops
+from backend.sim.flops import op_flops
 from backend.sim.gpu import GemmShape, gemm_shape
 from gpu_records import T, rec
 

@@ -1,6 +1,6 @@
 import pytest
 
-from backend.lowering.flops import (
+from backend.sim.flops import (
     base_name, flop_formula, is_matmul_like, op_flops, op_min_bytes, storage_bytes,
 )
 from backend.sim.descriptors import OpRecord, TensorDesc
