@@ -1,0 +1,27 @@
+"""Per-kernel simulated cost for the registry: the kernels of one graph fed to a private
+NeuronCore session on the selected target, through the same path a profile uses."""
+from __future__ import annotations
+
+from .feed import feed_kernel
+
+__all__ = ["cost_kernels"]
+
+
+def cost_kernels(kernels: list, target=None) -> tuple[dict, str]:
+    """Simulate ``kernels`` in order; returns (kernel name -> KernelCost, target name)."""
+    from backend.device import get_target
+    from backend.lowering import EagerSession
+
+    from .registry import KernelCost
+
+    target = target or get_target()
+    session = EagerSession(target)
+    costs: dict = {}
+    for kernel in kernels:
+        first = len(session.trace.ops)
+        feed_kernel(session, kernel)
+        ops = session.trace.ops[first:]
+        costs[kernel.name] = KernelCost(
+            name=kernel.name, kind=kernel.kind, time_ns=sum(op.time_ns for op in ops),
+            hbm_bytes=sum(op.hbm_bytes for op in ops), launches=len(ops))
+    return costs, getattr(target, "name", str(target))

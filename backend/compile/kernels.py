@@ -1,0 +1,224 @@
+"""Fusion groups -> kernel specs: the OpRecords of a kernel's ops and the HBM bytes it saves.
+
+A kernel is described with the same ``OpRecord`` descriptors eager mode produces, so eager ops
+and compiled kernels go through one cost path. What fusion changes is summarised by
+``internal_bytes_saved``: the traffic the ops would move one by one (every input read, every
+output written) minus what the kernel moves (each external input read once, each value that
+leaves the kernel written once). Whether the kept intermediates really fit on chip is the
+lowering's call; it spills (and counts) what does not.
+"""
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+
+import torch
+from torch import fx
+from torch.utils._pytree import tree_leaves
+
+from backend.device.recording import make_record
+from backend.sim.flops import op_min_bytes, storage_bytes
+from backend.sim.descriptors import OpRecord, TensorDesc
+
+from .fusion import FusionGroup, escapes, node_class, view_root
+
+__all__ = ["KernelSpec", "build_kernels", "source_line", "module_path", "node_sources", "has_symbolic_shapes", "ValueCapture"]
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+_GUARD_NAME = re.compile(r"^L\['[^']*'\]")   # Dynamo's name of the compiled module: L['self']
+
+
+@dataclass(slots=True)
+class KernelSpec:
+    """One compiled kernel as the simulator sessions take it."""
+
+    name: str
+    kind: str
+    nodes: tuple
+    records: list
+    internal_bytes_saved: int
+    source: str | None = None
+    # dataflow inside the kernel, per record: for each input, (record, output) it comes from
+    # in this kernel or None (read from HBM); for each output, whether it is stored to HBM
+    inputs_from: tuple = ()
+    outputs_to_hbm: tuple = ()
+
+    @property
+    def fallback(self) -> bool:
+        return self.kind == "fallback"
+
+    @property
+    def hbm_bytes_unfused(self) -> int:
+        return sum(op_min_bytes(r) for r in self.records)
+
+
+def source_line(node: fx.Node) -> str | None:
+    """``file:line`` of the user code that produced a node (innermost frame of its trace).
+
+    Dynamo keeps no user frame for code that lives entirely in torch (``nn.Sequential`` of
+    built-in layers); the module path (``Sequential.1 (GELU)``) stands in for it then.
+    """
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    if frames:
+        path, line = frames[-1]
+        return f"{path}:{line}"
+    return module_path(node)
+
+
+def node_sources(graph: fx.Graph, forward: fx.Graph | None = None) -> dict:
+    """Node name -> source for every node that has one. Backward nodes carry no trace of
+    their own; they take the source of the forward node with the same autograd ``seq_nr``."""
+    by_seq = {}
+    if forward is not None:
+        for node in forward.nodes:
+            src = source_line(node)
+            if src and "seq_nr" in node.meta:
+                by_seq.setdefault(node.meta["seq_nr"], src)
+    out = {}
+    for node in graph.nodes:
+        src = source_line(node) or by_seq.get(node.meta.get("seq_nr"))
+        if src:
+            out[node.name] = src
+    return out
+
+
+def module_path(node: fx.Node) -> str | None:
+    """``Root.sub.layer (Type)`` of the innermost nn.Module a node came from."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return None
+    entries = list(stack.values())
+    root_type, leaf_path, leaf_type = entries[0][1], entries[-1][0], entries[-1][1]
+    path = _GUARD_NAME.sub("", str(leaf_path)).lstrip(".")
+    name = getattr(root_type, "__name__", str(root_type))
+    leaf = getattr(leaf_type, "__name__", str(leaf_type))
+    return f"{name}.{path} ({leaf})" if path else f"{name} ({leaf})"
+
+
+def _tensors(value) -> list:
+    """The tensors in a node's value (one tensor, or a tuple such as native_layer_norm's)."""
+    return [v for v in tree_leaves(value) if isinstance(v, torch.Tensor)]
+
+
+def has_symbolic_shapes(graph: fx.Graph) -> bool:
+    """True if any value's shape is symbolic (``dynamic=True``): records need run-time shapes."""
+    for node in graph.nodes:
+        for t in _tensors(node.meta.get("val")):
+            if any(not isinstance(s, int) for s in (*t.shape, *t.stride())):
+                return True
+    return False
+
+
+class ValueCapture(fx.Interpreter):
+    """Runs a graph module and keeps every node's value (to describe run-time shapes)."""
+
+    def __init__(self, gm: fx.GraphModule):
+        super().__init__(gm, garbage_collect_values=False)
+        self.values: dict = {}
+
+    def run_node(self, n: fx.Node):
+        out = super().run_node(n)
+        self.values[n.name] = out
+        return out
+
+
+def _tensor_inputs(node: fx.Node, values: dict) -> list:
+    """(input node, tensor) per tensor operand, in the order eager mode reports inputs."""
+    inputs: list = []
+    fx.node.map_arg((node.args, node.kwargs), inputs.append)
+    return [(i, t) for i in inputs for t in _tensors(values.get(i.name))]
+
+
+def _record(node: fx.Node, values: dict, sources: dict) -> OpRecord:
+    host_inputs = [t for _, t in _tensor_inputs(node, values)]
+    record = make_record(node.target, node.args, node.kwargs, host_inputs,
+                         _tensors(values.get(node.name)))
+    record.source = sources.get(node.name)
+    return record
+
+
+def _produced_by(node: fx.Node) -> tuple:
+    """(node that computed the value, output index): through views and tuple getitems."""
+    while node.op == "call_function" and node_class(node) == "view":
+        if node.target is operator.getitem:
+            return node.args[0], node.args[1]
+        node = node.args[0] if isinstance(node.args[0], fx.Node) else node.all_input_nodes[0]
+    return node, 0
+
+
+def _dataflow(compute: list, members: set, values: dict) -> tuple:
+    """Per record: where each input comes from ((record, output) inside the kernel, or None
+    for HBM) and whether each output must be stored to HBM (it leaves the kernel)."""
+    index = {n: i for i, n in enumerate(compute)}
+    inputs_from = []
+    for node in compute:
+        links = []
+        for i, _ in _tensor_inputs(node, values):
+            producer, k = _produced_by(i)
+            links.append((index[producer], k) if producer in index else None)
+        inputs_from.append(tuple(links))
+    stores = []
+    for node in compute:
+        value = values.get(node.name)
+        if isinstance(value, (tuple, list)):
+            escaping = {u.args[1] for u in node.users if u not in members or escapes(u, members)}
+            stores.append(tuple(k in escaping for k, v in enumerate(value) if isinstance(v, torch.Tensor)))
+        else:
+            stores.append((escapes(node, members),) * len(_tensors(value)))
+    return tuple(inputs_from), tuple(stores)
+
+
+def _desc_bytes(t: torch.Tensor) -> int:
+    desc = TensorDesc(tuple(t.shape), str(t.dtype)[6:], tuple(t.stride()))
+    return storage_bytes(desc)
+
+
+def _escaping_bytes(node: fx.Node, values: dict, members: set) -> int:
+    """Bytes written for a member's values that are used outside the kernel."""
+    value = values.get(node.name)
+    if not isinstance(value, (tuple, list)):
+        return sum(_desc_bytes(t) for t in _tensors(value))
+    # tuple outputs (native_layer_norm's out, mean, rstd) leave through getitem nodes
+    return sum(_desc_bytes(t) for user in node.users
+               if user not in members or escapes(user, members)
+               for t in _tensors(values.get(user.name)))
+
+
+def _kernel(group: FusionGroup, by_name: dict, values: dict, sources: dict) -> KernelSpec:
+    members = {by_name[n] for n in group.nodes}
+    compute = [n for n in (by_name[name] for name in group.nodes) if node_class(n) != "view"]
+    records = [_record(n, values, sources) for n in compute]
+    eager_bytes = sum(op_min_bytes(r) for r in records)
+    read = sum(_desc_bytes(t) for name in group.inputs for t in _tensors(values.get(name)))
+    consumed_roots = _read_bound(compute, members, values)
+    read = min(read, consumed_roots) if consumed_roots else read
+    write = sum(_escaping_bytes(by_name[name], values, members) for name in group.outputs)
+    source = next((s for s in (sources.get(n.name) for n in compute) if s), None)
+    inputs_from, outputs_to_hbm = _dataflow(compute, members, values)
+    return KernelSpec(name=group.name, kind=group.kind, nodes=tuple(group.nodes), records=records,
+                      internal_bytes_saved=max(0, eager_bytes - read - write), source=source,
+                      inputs_from=inputs_from, outputs_to_hbm=outputs_to_hbm)
+
+
+def _read_bound(compute: list, members: set, values: dict) -> int:
+    """Bytes of the external views the kernel reads (a slice reads less than its base)."""
+    seen: dict = {}
+    for node in compute:
+        for i in node.all_input_nodes:
+            if view_root(i) not in members and i.name not in seen:
+                seen[i.name] = sum(_desc_bytes(t) for t in _tensors(values.get(i.name)))
+    return sum(seen.values())
+
+
+def build_kernels(gm: fx.GraphModule, groups: list, values: dict | None = None,
+                  sources: dict | None = None) -> list[KernelSpec]:
+    """Kernel specs for ``groups`` of ``gm``; ``values`` maps node names to (fake or real)
+    values, defaulting to the ``meta["val"]`` tracing left on each node; ``sources`` maps node
+    names to source lines (default: ``node_sources``)."""
+    by_name = {n.name: n for n in gm.graph.nodes}
+    if values is None:
+        values = {n.name: n.meta.get("val") for n in gm.graph.nodes}
+    if sources is None:
+        sources = node_sources(gm.graph)
+    return [_kernel(g, by_name, values, sources) for g in groups]

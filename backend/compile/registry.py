@@ -1,0 +1,211 @@
+"""What the ``neuron`` backend compiled, kept for inspection.
+
+One ``CompiledGraphInfo`` per Dynamo graph (one frame's compile, or one piece between graph
+breaks). It holds its AOTAutograd parts (forward, backward, or inference), each with readable
+FX text, fusion groups and per-kernel simulated cost, plus the graph breaks Dynamo hit while
+tracing it and, for a recompile, the guard failures that caused it.
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+from torch import fx
+
+from .fusion import node_class
+
+__all__ = ["CompiledGraphInfo", "CompiledPartInfo", "KernelCost", "compiled_graphs", "reset",
+           "new_graph", "graph_breaks", "recompile_reasons"]
+
+
+@dataclass(slots=True)
+class KernelCost:
+    """Simulated cost of one kernel on the target it was costed on."""
+
+    name: str
+    kind: str
+    time_ns: float
+    hbm_bytes: int
+    launches: int = 1
+
+
+@dataclass
+class CompiledPartInfo:
+    """One AOTAutograd graph (forward, backward or inference) as the backend compiled it."""
+
+    part: str
+    graph_module: fx.GraphModule
+    groups: list                                # FusionGroup, in execution order
+    sources: dict = field(default_factory=dict)  # node name -> user source line
+    _kernels: list = field(default_factory=list)  # KernelSpec, once shapes are known
+    _costs: dict | None = None
+    target: str = ""
+
+    @property
+    def kernels(self) -> list:
+        return self._kernels
+
+    @kernels.setter
+    def kernels(self, kernels: list) -> None:
+        self._kernels, self._costs = kernels, None
+
+    @property
+    def costs(self) -> dict:
+        """Kernel name -> KernelCost on the selected target, simulated on first access (empty
+        until the kernels' shapes are known: after the first call for dynamic graphs)."""
+        if self._costs is None and self._kernels:
+            from .costing import cost_kernels
+
+            self._costs, self.target = cost_kernels(self._kernels)
+        return self._costs or {}
+
+    @property
+    def fx_text(self) -> str:
+        return self.graph_module.print_readable(print_output=False, include_stride=False)
+
+    @property
+    def fusion_groups(self) -> dict:
+        """Kernel name -> FX node names."""
+        return {g.name: list(g.nodes) for g in self.groups}
+
+    @property
+    def kernel_count(self) -> int:
+        return len(self.groups)
+
+    @property
+    def op_count(self) -> int:
+        """Compute nodes (what eager mode would launch, views excluded)."""
+        return sum(1 for n in self.graph_module.graph.nodes if node_class(n) not in ("io", "view"))
+
+    def describe(self, name: str = "graph", graph_breaks=()) -> dict:
+        """Nodes, edges and costs in the shape ``workbench.graphs.CompiledGraph.from_dict`` reads."""
+        group_of = {n: g.name for g in self.groups for n in g.nodes}
+        cost_ns = {k: c.time_ns for k, c in self.costs.items()}
+        nodes, edges = [], []
+        for node in self.graph_module.graph.nodes:
+            group = group_of.get(node.name)
+            nodes.append({"name": node.name, "op": node.op, "target": _target(node), "group": group,
+                          "cost_ns": cost_ns.get(group, 0.0), "source": self.sources.get(node.name)})
+            edges += [(i.name, node.name) for i in node.all_input_nodes]
+        return {"name": f"{name}/{self.part}", "nodes": nodes, "edges": edges,
+                "fx_text": self.fx_text, "kernel_cost_ns": cost_ns,
+                "graph_breaks": list(graph_breaks)}
+
+
+def _target(node: fx.Node) -> str:
+    if node.op == "call_function":
+        return str(node.target) if isinstance(node.target, torch._ops.OpOverload) else getattr(
+            node.target, "__name__", str(node.target))
+    return str(node.target)
+
+
+@dataclass
+class CompiledGraphInfo:
+    """One Dynamo graph compiled by the ``neuron`` backend."""
+
+    name: str
+    compile_id: str
+    frame: str                                   # the Python function Dynamo traced
+    graph_breaks: list = field(default_factory=list)      # reasons hit while tracing this frame
+    recompile_reasons: list = field(default_factory=list)  # guard failures (recompiles only)
+    dynamic: bool = False                        # some sizes are symbolic (one graph, many shapes)
+    mode: str = "default"
+    parts: dict = field(default_factory=dict)    # "forward"/"backward"/"inference" -> CompiledPartInfo
+
+    @property
+    def is_recompile(self) -> bool:
+        return bool(self.recompile_reasons) or not self.compile_id.endswith("/0")
+
+    @property
+    def forward(self) -> CompiledPartInfo | None:
+        return self.parts.get("forward") or self.parts.get("inference")
+
+    @property
+    def backward(self) -> CompiledPartInfo | None:
+        return self.parts.get("backward")
+
+    @property
+    def fx_text(self) -> str:
+        return "\n".join(f"# ---- {p.part} ----\n{p.fx_text}" for p in self.parts.values())
+
+    @property
+    def fusion_groups(self) -> dict:
+        """Kernel name -> node names over all parts (part-qualified names)."""
+        return {f"{p.part}.{k}": v for p in self.parts.values() for k, v in p.fusion_groups.items()}
+
+    def kernel_costs(self) -> list[KernelCost]:
+        return [c for p in self.parts.values() for c in p.costs.values()]
+
+    def describe(self, part: str = "forward") -> dict:
+        """Graph description for the workbench figure (``part``: forward, backward, inference)."""
+        info = self.parts.get(part) or (self.forward if part == "forward" else None)
+        if info is None:
+            raise KeyError(f"graph {self.name} has no {part} part (has {sorted(self.parts)})")
+        return info.describe(self.name, self.graph_breaks)
+
+    def to_record(self) -> dict:
+        fw, bw = self.forward, self.backward
+        return {"name": self.name, "compile_id": self.compile_id, "frame": self.frame,
+                "parts": ",".join(self.parts), "graph_breaks": len(self.graph_breaks),
+                "recompile": self.is_recompile, "recompile_reasons": "; ".join(self.recompile_reasons),
+                "dynamic": self.dynamic, "mode": self.mode,
+                "forward_ops": fw.op_count if fw else 0, "forward_kernels": fw.kernel_count if fw else 0,
+                "backward_ops": bw.op_count if bw else 0, "backward_kernels": bw.kernel_count if bw else 0}
+
+
+_lock = threading.Lock()
+_graphs: list[CompiledGraphInfo] = []
+# What Dynamo had reported when we last looked, so each graph gets only its own events.
+_seen_breaks: Counter = Counter()
+_seen_failures: dict = {}
+
+
+def _new_events() -> tuple[list, list]:
+    from torch._dynamo.utils import counters, guard_failures
+
+    breaks = []
+    for reason, count in counters["graph_break"].items():
+        seen = _seen_breaks[reason]
+        breaks += [reason] * (count - seen if count >= seen else count)  # after dynamo.reset()
+        _seen_breaks[reason] = count
+    failures = []
+    for code, reasons in guard_failures.items():
+        seen = _seen_failures.get(code, 0)
+        failures += reasons[seen:] if len(reasons) >= seen else reasons
+        _seen_failures[code] = len(reasons)
+    return breaks, failures
+
+
+def new_graph(frame: str, compile_id: str, *, mode: str = "default") -> CompiledGraphInfo:
+    """Register a graph Dynamo just handed the backend, with the events since the last one."""
+    with _lock:
+        breaks, failures = _new_events()
+        info = CompiledGraphInfo(name=f"{frame}_{compile_id.replace('/', '_')}", compile_id=compile_id,
+                                 frame=frame, graph_breaks=breaks, recompile_reasons=failures,
+                                 mode=mode)
+        _graphs.append(info)
+        return info
+
+
+def compiled_graphs() -> list[CompiledGraphInfo]:
+    """Every graph compiled with ``backend="neuron"`` since the last ``reset()``, oldest first."""
+    with _lock:
+        return list(_graphs)
+
+
+def graph_breaks() -> list[str]:
+    """All graph-break reasons attributed to compiled graphs since the last ``reset()``."""
+    return [b for g in compiled_graphs() for b in g.graph_breaks]
+
+
+def recompile_reasons() -> list[str]:
+    return [r for g in compiled_graphs() for r in g.recompile_reasons]
+
+
+def reset() -> None:
+    """Forget the compiled-graph records (Dynamo's own caches are ``torch._dynamo.reset()``)."""
+    with _lock:
+        _graphs.clear()
+        _new_events()   # events so far belong to no graph we keep

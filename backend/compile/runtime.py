@@ -1,0 +1,112 @@
+"""Running a compiled graph: numerics on the host, kernels to the simulator sessions.
+
+AOTAutograd hands the backend graphs over the host tensors inside the device tensors, so the
+graph module runs on CPU tensors as is: that is the numerics. While a recording is active,
+each call then feeds the graph's kernels to every sink, in execution order. With static shapes
+the kernels are described once from the tracer's values; with symbolic shapes
+(``dynamic=True`` or automatic dynamic after a recompile) the first call per input-shape
+signature runs under an interpreter that keeps every node's real value to describe them.
+"""
+from __future__ import annotations
+
+
+import torch
+from torch import fx
+
+from backend.device import recording
+from backend.device.dispatch import SIMULATED_DEVICE_TYPES
+
+from .feed import feed_kernel
+from .kernels import ValueCapture, build_kernels, has_symbolic_shapes
+from .registry import CompiledPartInfo
+
+__all__ = ["CompiledPart", "place_on_host"]
+
+
+_HOST = torch.device("cpu")
+_COPY = torch.ops.aten._to_copy.default
+
+
+def _host_device(value):
+    if isinstance(value, torch.device) and value.type in SIMULATED_DEVICE_TYPES:
+        return _HOST
+    return value
+
+
+def place_on_host(gm: fx.GraphModule) -> int:
+    """Point factory ops at the host and drop the host copies that followed them.
+
+    A factory traced with ``device="neuron"`` (``torch.arange(n, device=x.device)``) made a
+    tracer tensor on the device, which the device layer copied to the host side; at run time
+    the graph runs on host tensors, so the factory builds on the host and the copy goes.
+    Returns the number of nodes changed.
+    """
+    changed = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        device = node.kwargs.get("device")
+        if device is not None and _host_device(device) is not device:
+            node.kwargs = {**node.kwargs, "device": _HOST}
+            changed += 1
+            for user in list(node.users):
+                if user.target is _COPY and _is_plain_host_copy(user, node):
+                    user.replace_all_uses_with(node)
+                    gm.graph.erase_node(user)
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return changed
+
+
+def _is_plain_host_copy(copy: fx.Node, src: fx.Node) -> bool:
+    kwargs = dict(copy.kwargs)
+    device = kwargs.pop("device", _HOST)
+    src_val, out_val = src.meta.get("val"), copy.meta.get("val")
+    same_dtype = (isinstance(src_val, torch.Tensor) and isinstance(out_val, torch.Tensor)
+                  and src_val.dtype == out_val.dtype)
+    return (torch.device(device).type == "cpu" and same_dtype and len(copy.args) == 1
+            and set(kwargs) <= {"dtype", "layout", "pin_memory"}
+            and kwargs.get("layout", torch.strided) == torch.strided)
+
+
+class CompiledPart:
+    """The callable AOTAutograd gets back for one graph (boxed calling convention)."""
+
+    def __init__(self, info: CompiledPartInfo):
+        # an instance attribute: AOTAutograd's wrappers copy __dict__, not class attributes
+        self._boxed_call = True
+        self.info = info
+        self.gm = info.graph_module
+        self.symbolic = has_symbolic_shapes(self.gm.graph)
+        self._static = None if self.symbolic else build_kernels(self.gm, info.groups, sources=info.sources)
+        self._by_shape: dict = {}
+        if self._static is not None:
+            info.kernels = self._static
+
+    def __call__(self, args: list):
+        sinks = recording.active_sinks()
+        if not sinks:
+            out = self.gm(*args)
+            args.clear()
+            return out
+        kernels = self._static
+        if kernels is None:
+            key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
+            kernels = self._by_shape.get(key)
+            if kernels is None:
+                capture = ValueCapture(self.gm)
+                out = capture.run(*args)
+                kernels = self._by_shape[key] = build_kernels(self.gm, self.info.groups, capture.values,
+                                                              self.info.sources)
+                self.info.kernels = kernels    # the registry shows the latest shapes
+            else:
+                out = self.gm(*args)
+        else:
+            out = self.gm(*args)
+        args.clear()
+        with recording.suspended():   # a sink must not see its own bookkeeping as device ops
+            for sink, _with_source in sinks:
+                for kernel in kernels:
+                    feed_kernel(sink, kernel)
+        return out
