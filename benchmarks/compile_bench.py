@@ -12,6 +12,7 @@ import logging
 import math
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn as nn
@@ -157,7 +158,13 @@ def main() -> int:
     import backend.compile
 
     backend.compile.register()
-    print(f"TinyGPT 2 layers, d=128, batch {BATCH}x{SEQ}, SGD training step; torch {torch.__version__}")
+    # Cold compiles: Inductor's on-disk caches would make every run after the first a cache hit.
+    import torch._inductor.config as inductor_config
+
+    inductor_config.force_disable_caches = True
+    warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
+    print(f"TinyGPT 2 layers, d=128, batch {BATCH}x{SEQ}, SGD training step; torch {torch.__version__}; "
+          f"inductor caches off (cold compile)")
     runs = {
         "neuron eager": _try("neuron eager", lambda: compile_run(None, "neuron")),
         "neuron compiled (neuron)": _try("neuron backend", lambda: compile_run("neuron", "neuron")),
