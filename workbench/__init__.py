@@ -6,9 +6,11 @@ everything else (pandas, plotly, widgets) is imported on first use of the name.
 """
 from importlib import import_module
 
+from backend.compile import register as _register_compile
 from backend.device import register as _register_device
 
 _register_device()
+_register_compile()   # torch.compile(backend="neuron")
 
 __version__ = "0.1.0"
 

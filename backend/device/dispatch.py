@@ -53,6 +53,14 @@ class _Args:
             self.inputs.append(inner)
             return inner
         if isinstance(value, torch.Tensor):
+            if value.device.type in SIMULATED_DEVICE_TYPES:
+                # Only under a tracer: a factory ran in FakeTensorMode and made a plain fake
+                # tensor on the device; use its host side, as for a DeviceTensor's inner.
+                if self.device is None:
+                    self.device = value.device
+                host = value.to("cpu")
+                self.inputs.append(host)
+                return host
             if self.host_tensor is None and value.dim() > 0:
                 self.host_tensor = value
             self.inputs.append(value)
@@ -107,8 +115,11 @@ def dispatch(func, args, kwargs):
     else:
         wrapped = out
     if recording._sinks and not recording._suspend_depth:
-        recording.emit(func, args, kwargs, state.inputs, _host_outputs(out),
-                       transfer=_transfer_kind(func, args, device))
+        host_outputs = _host_outputs(out)
+        # Tracer (fake) outputs mean torch.compile is tracing: that is not an executed op.
+        if all(t.__class__ is torch.Tensor for t in host_outputs):
+            recording.emit(func, args, kwargs, state.inputs, host_outputs,
+                           transfer=_transfer_kind(func, args, device))
     return wrapped
 
 

@@ -61,6 +61,8 @@ class DeviceMemory:
         wrapper. No lock: dict updates are atomic under the GIL, and a lock could deadlock when
         a weakref callback fires inside track().
         """
+        if inner.__class__ is not torch.Tensor:
+            return  # a tracer's fake/functional tensor (torch.compile): no storage to count
         storage = inner.untyped_storage()
         key = storage.data_ptr() or id(storage)
         entry = self._refs.get(key)

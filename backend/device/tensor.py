@@ -40,6 +40,9 @@ class DeviceTensor(torch.Tensor):
         return DeviceTensor(inner_tensors["_inner"], device)
 
     def __repr__(self, *, tensor_contents=None) -> str:
+        if self._inner.__class__ is not torch.Tensor:
+            # A tracer's placeholder (torch.compile): it has no values to print.
+            return f"DeviceTensor(<{type(self._inner).__name__}>, size={tuple(self.shape)}, device='{self.device}')"
         inner = self._inner.detach()
         body = torch._tensor_str._tensor_str(inner, indent=len("tensor(")) if inner.numel() else "[]"
         parts = [body, f"device='{self.device}'"]
