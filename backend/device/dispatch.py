@@ -70,7 +70,34 @@ class _Args:
         return value
 
 
+_PLAIN = frozenset({int, float, bool, type(None), torch.dtype, torch.memory_format})
+
+
 def dispatch(func, args, kwargs):
+    # Fast path for the common call: positional device tensors and plain Python values only.
+    if not kwargs:
+        device = None
+        host_args = []
+        for a in args:
+            cls = a.__class__
+            if cls is DeviceTensor:
+                if device is None:
+                    device = a.device
+                elif a.device != device:
+                    break
+                host_args.append(a._inner)
+            elif cls in _PLAIN:
+                host_args.append(a)
+            else:
+                break
+        else:
+            if device is not None:
+                inputs = [a._inner for a in args if a.__class__ is DeviceTensor]
+                return _execute(func, args, kwargs, host_args, {}, device, None, inputs)
+    return _dispatch_general(func, args, kwargs)
+
+
+def _dispatch_general(func, args, kwargs):
     state = _Args()
     unwrap = state.unwrap
     host_args = [unwrap(a) for a in args]
@@ -82,10 +109,13 @@ def dispatch(func, args, kwargs):
             host_kwargs[key] = _HOST if target.type in SIMULATED_DEVICE_TYPES else target
         else:
             host_kwargs[key] = unwrap(value)
-    device = state.device
     if state.host_tensor is not None and func not in CROSS_DEVICE_OPS:
-        _raise_mixed(device, state.host_tensor.device)
+        _raise_mixed(state.device, state.host_tensor.device)
+    return _execute(func, args, kwargs, host_args, host_kwargs, state.device, target, state.inputs)
 
+
+def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs):
+    """Run the host kernel, wrap its outputs onto ``device`` and report the op."""
     try:
         out = None
         if numerics._enabled[0]:
@@ -106,7 +136,7 @@ def dispatch(func, args, kwargs):
     if mutates is None:
         mutates = _MUTATES[func] = func._schema.is_mutable or any(
             r.alias_info is not None for r in func._schema.returns) and not func.is_view
-    if out.__class__ is torch.Tensor or isinstance(out, torch.Tensor):
+    if isinstance(out, torch.Tensor):
         wrapped = _wrap_returned(out, args, kwargs, device) if mutates else _wrap_new(out, device)
     elif isinstance(out, (tuple, list)):
         wrapped = out.__class__(
@@ -118,7 +148,7 @@ def dispatch(func, args, kwargs):
         host_outputs = _host_outputs(out)
         # Tracer (fake) outputs mean torch.compile is tracing: that is not an executed op.
         if all(t.__class__ is torch.Tensor for t in host_outputs):
-            recording.emit(func, args, kwargs, state.inputs, host_outputs,
+            recording.emit(func, args, kwargs, inputs, host_outputs,
                            transfer=_transfer_kind(func, args, device))
     return wrapped
 
