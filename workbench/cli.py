@@ -1,4 +1,5 @@
-"""``workbench profile script.py ...``: run a script on a simulated device and report.
+"""``workbench profile script.py ...``: run a script on a simulated device and report
+(``workbench migrate script.py ...``: see workbench/migration_cli.py).
 
     workbench profile train.py --device neuron --target trn2 [--compile] \
         [--html report.html] [--trace trace.json] [--csv DIR] [--parquet DIR] [-- script args]
@@ -18,6 +19,7 @@ import weakref
 from pathlib import Path
 
 from workbench.format import summary_rows
+from workbench.migration_cli import add_migrate_parser, migrate_command
 from workbench.session import DEFAULT_TARGETS, SIMULATED_DEVICES, default_device, ensure_compile_backend, profile
 
 __all__ = ["main", "build_parser", "compile_modules"]
@@ -41,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parquet", type=Path, metavar="DIR", help="write ops/instructions tables as Parquet")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    add_migrate_parser(sub)       # ``workbench migrate``: workbench/migration_cli.py
     return parser
 
 
@@ -90,13 +93,14 @@ def _progress(enabled: bool):
     return on_op, contextlib.closing(bar)
 
 
-def _run_script(script: Path, script_args: list) -> None:
-    """Run like ``python script.py args``: its own argv, its folder first on sys.path."""
+def _run_script(script: Path, script_args: list, run_name: str = "__main__") -> dict:
+    """Run like ``python script.py args``: its own argv, its folder first on sys.path. Returns
+    the script's globals."""
     argv, folder = sys.argv, str(script.resolve().parent)
     sys.argv = [str(script), *script_args]
     sys.path.insert(0, folder)
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        return runpy.run_path(str(script), run_name=run_name)
     finally:
         sys.argv = argv
         sys.path.remove(folder)
@@ -146,4 +150,6 @@ def main(argv: list | None = None) -> int:
     args = build_parser().parse_args(argv)       # exits with status 2 and usage on bad args
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "migrate":
+        return migrate_command(args, script_args, _run_script)
     return _profile_command(args, script_args)
