@@ -83,6 +83,8 @@ class _Sampler:
     """A second sink, fed after the simulator's: counts ops for progress bars and samples the
     device's allocated HBM at the simulated time each op ended (the allocation timeline)."""
 
+    MAX_SAMPLES = 20_000
+
     def __init__(self, sink, device: str, on_op: Callable[[int], None] | None = None):
         self.sink, self.device, self.on_op = sink, device, on_op
         self.count = 0
@@ -93,7 +95,13 @@ class _Sampler:
         self.count += 1
         pool, ops = memory_for(self.device), self.sink.trace.ops
         if pool is not None and ops:
-            self.samples.append((ops[-1].end_ns, pool.allocated_bytes))
+            allocated = pool.allocated_bytes
+            if not self.samples or self.samples[-1][1] != allocated:
+                self.samples.append((ops[-1].end_ns, allocated))
+                if len(self.samples) > self.MAX_SAMPLES:
+                    # Long runs stay bounded: halve the resolution, keeping each pair's peak.
+                    pairs = zip(self.samples[::2], self.samples[1::2])
+                    self.samples = [max(pair, key=lambda s: s[1]) for pair in pairs]
         if self.on_op is not None:
             self.on_op(self.count)
 

@@ -101,7 +101,7 @@ class Simulator:
         self._device_free_ns = max(self._device_free_ns, summary.end_ns)
         if program.sync:
             self._host_ns = max(self._host_ns, summary.end_ns)
-        self.trace.ops.append(summary)
+        self.trace.add_op(summary)
         return summary
 
     def _check_capacity(self, program: Program) -> None:

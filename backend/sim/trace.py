@@ -2,7 +2,8 @@
 
 Field names of the summary follow the Neuron profiler's JSON schema so numbers line up with
 real profiles. Long runs stay bounded: instruction events beyond ``max_events`` are not kept
-(they are counted in ``events_dropped``); per-op rollups and totals are always complete.
+(they are counted in ``events_dropped``); past ``max_ops`` per-op rows fold into one aggregate
+row per op name (``ops_folded``). Totals and the summary are always complete.
 """
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ class InstructionEvent:
         return self.end_ns - self.start_ns
 
 
+_SUMMED_FIELDS = ("hbm_read_bytes", "hbm_write_bytes", "sbuf_read_bytes", "sbuf_write_bytes",
+                  "psum_read_bytes", "psum_write_bytes", "flops", "instruction_count",
+                  "hardware_flops", "spill_bytes", "launch_overhead_ns", "count")
+
+
 @dataclass(slots=True)
 class OpSummary:
     """Rollup of one eager op or one compiled kernel."""
@@ -67,6 +73,19 @@ class OpSummary:
     psum_peak_bytes: int = 0
     spill_bytes: int = 0            # fused-kernel intermediates that went to HBM and back
     launch_overhead_ns: float = 0.0
+    count: int = 1                  # ops this row stands for (>1 once a long run is aggregated)
+
+    def absorb(self, other: "OpSummary") -> None:
+        """Fold another op of the same name into this row (long runs stay bounded)."""
+        self.start_ns = min(self.start_ns, other.start_ns)
+        self.end_ns = max(self.end_ns, other.end_ns)
+        for name in _SUMMED_FIELDS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for mapping, extra in ((self.busy_ns, other.busy_ns), (self.instruction_counts, other.instruction_counts)):
+            for key, value in extra.items():
+                mapping[key] = mapping.get(key, 0) + value
+        self.sbuf_peak_bytes = max(self.sbuf_peak_bytes, other.sbuf_peak_bytes)
+        self.psum_peak_bytes = max(self.psum_peak_bytes, other.psum_peak_bytes)
 
     @property
     def time_ns(self) -> float:
@@ -114,6 +133,9 @@ class Trace:
     max_events: int = 200_000
     hbm_timeline: list = field(default_factory=list)
     engines: tuple = ()                  # engine tracks the target has, in display order
+    max_ops: int = 50_000                # per-op rows kept; later ops fold into one row per name
+    ops_folded: int = 0
+    _folded: dict = field(default_factory=dict)   # (name, kind) -> aggregate row
 
     # -- building -------------------------------------------------------------------------
     def add_event(self, event: InstructionEvent) -> None:
@@ -121,6 +143,27 @@ class Trace:
             self.events.append(event)
         else:
             self.events_dropped += 1
+
+    def add_op(self, summary: OpSummary) -> OpSummary:
+        """Append one op's rollup; past ``max_ops`` it is folded into a per-name aggregate row
+        (totals stay exact, per-op detail is kept for the first ``max_ops`` ops)."""
+        if len(self.ops) < self.max_ops:
+            self.ops.append(summary)
+            return summary
+        self.ops_folded += 1
+        key = (summary.name, summary.kind)
+        row = self._folded.get(key)
+        if row is None:
+            row = self._folded[key] = OpSummary(
+                op_index=len(self.ops), name=summary.name, kind=summary.kind,
+                start_ns=summary.start_ns, end_ns=summary.end_ns, busy_ns=dict(summary.busy_ns),
+                instruction_counts=dict(summary.instruction_counts), source="(aggregated)")
+            for name in _SUMMED_FIELDS:
+                setattr(row, name, getattr(summary, name))
+            self.ops.append(row)
+        else:
+            row.absorb(summary)
+        return summary
 
     # -- reading --------------------------------------------------------------------------
     @property
@@ -164,8 +207,8 @@ class Trace:
             "device_kind": self.device_kind,
             "total_time": total_s,
             "total_time_ns": total_ns,
-            "op_count": len(self.ops),
-            "fallback_count": sum(1 for op in self.ops if op.kind == "fallback"),
+            "op_count": sum(op.count for op in self.ops),
+            "fallback_count": sum(op.count for op in self.ops if op.kind == "fallback"),
             "instruction_count": sum(op.instruction_count for op in self.ops),
             "total_flops": flops,
             "mfu_estimated_percent": mfu,
@@ -185,6 +228,7 @@ class Trace:
             "dma_active_time_percent": pct(busy.get("dma", busy.get("hbm", 0.0)), dma_tracks if "dma" in busy else 1),
             "host_fallback_time_ns": busy.get("host", 0.0),
             "events_dropped": self.events_dropped,
+            "ops_folded": self.ops_folded,
             "sbuf_peak_bytes": max((op.sbuf_peak_bytes for op in self.ops), default=0),
             "psum_peak_bytes": max((op.psum_peak_bytes for op in self.ops), default=0),
             "spill_bytes": sum(op.spill_bytes for op in self.ops),

@@ -150,9 +150,9 @@ def test_allocation_timeline_is_sampled_from_the_device(gpu_sink):
         del a
         c = b + 1
     timeline = prof.memory["hbm_timeline"]
-    assert len(timeline) == len(prof.ops)
-    assert list(timeline["time_ns"]) == list(prof.ops["end_ns"])
+    # One sample per change of the allocated bytes, at the end of the op that changed it.
+    assert list(timeline["time_ns"]) == list(prof.ops["end_ns"][:2])
     assert timeline["allocated_bytes"].iloc[-1] == memory_for("neuron").allocated_bytes
     mib_quarter = 256 * 256 * 4
-    assert list(timeline["allocated_bytes"] - base) == [mib_quarter, 2 * mib_quarter, 2 * mib_quarter]
+    assert list(timeline["allocated_bytes"] - base) == [mib_quarter, 2 * mib_quarter]
     del b, c

@@ -80,7 +80,7 @@ class GpuSession:
             source=record.source if record else None)
 
     def _append(self, summary: OpSummary) -> OpSummary:
-        self._trace.ops.append(summary)
+        self._trace.add_op(summary)
         self._now_ns = summary.end_ns
         return summary
 
