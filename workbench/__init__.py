@@ -28,6 +28,7 @@ _LAZY = {
     "move": "workbench.devices",
     "migration_report": "workbench.migration",
     "MigrationReport": "workbench.migration",
+    "migration_report_for": "workbench.migration",
 }
 __all__ = ["__version__", "figures", *_LAZY]
 
