@@ -27,3 +27,22 @@ def test_elementwise_unaffected(neuron):
     x = torch.randn(10)
     with torch.neuron.hardware_numerics():
         assert torch.equal((x.to("neuron").exp()).cpu(), x.exp())
+
+
+def test_records_say_autocast_so_the_simulator_uses_the_bf16_rate(neuron):
+    from backend.device import recording
+
+    class Sink:
+        records = []
+
+        def feed(self, record):
+            self.records.append(record)
+
+    a = torch.randn(8, 8, device="neuron")
+    sink = Sink()
+    with recording.recording(sink):
+        a @ a
+        with torch.neuron.hardware_numerics():
+            a @ a
+            a + a
+    assert [r.attrs.get("autocast") for r in sink.records] == [None, "bfloat16", None]
