@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+# The quickstart's first cell loads the magics (%load_ext workbench). Root (containers) needs --allow-root.
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks/01_quickstart.ipynb
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/01_quickstart.ipynb
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile

@@ -1,0 +1,134 @@
+"""``%%neuron_profile``: run a cell on a simulated device and show where the time went."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+import pandas as pd
+from IPython.core import magic_arguments
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+
+from extensions.common import parse, show_profile, split_list, usage_error
+from extensions.device_magics import TARGETS_HELP
+from extensions.namespace import compiled, names_on, names_used, placed
+from workbench.compare import Comparison, compare
+from workbench.devices import DEVICES, active_device, available, use_device
+from workbench.session import SIMULATED_DEVICES, profile
+
+__all__ = ["ProfileMagics"]
+
+
+@magics_class
+class ProfileMagics(Magics):
+    """``%%neuron_profile`` and its line form ``%neuron_profile statement``."""
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument("-d", "--device", choices=SIMULATED_DEVICES,
+                              help="simulated device to run on (default: the active one, else neuron)")
+    @magic_arguments.argument("-t", "--target", help=f"hardware to simulate ({TARGETS_HELP}); with --compare "
+                              "a comma-separated list, each applied to its device")
+    @magic_arguments.argument("-c", "--compile", action="store_true",
+                              help="run the cell's nn.Modules through torch.compile(backend='neuron')")
+    @magic_arguments.argument("--compile-modules", metavar="NAMES",
+                              help="compile only these modules (comma-separated names); implies --compile")
+    @magic_arguments.argument("--compare", metavar="DEVICES",
+                              help=f"run the cell once per device ({','.join(DEVICES)}) and show them side by side")
+    @magic_arguments.argument("-o", dest="output", action="store_true",
+                              help="return the Profile (the Comparison with --compare), like %%timeit -o")
+    @magic_arguments.argument("-q", dest="quiet", action="store_true", help="display nothing")
+    @magic_arguments.argument("statement", nargs=argparse.REMAINDER,
+                              help="line form: the one statement to profile")
+    @no_var_expand
+    @line_cell_magic
+    def neuron_profile(self, line: str = "", cell: str | None = None):
+        """Run a cell (or, in the line form, one statement) on a simulated device; show the dashboard.
+
+        The cell runs in the notebook's namespace on ``--device`` (default: the active device when
+        it is simulated, else ``neuron``) and ``--target``. Modules and tensors the cell names that
+        live on the previously active device follow it to the profiled device for the run and are
+        put back afterwards, as is the active device, also when the cell raises (the error shows as
+        a normal traceback). The dashboard appears in JupyterLab; elsewhere the Profile's summary.
+
+        ``--compile``: every ``nn.Module`` the cell names (or only ``--compile-modules a,b``) is
+        seen by the cell as ``torch.compile(module, backend="neuron")`` for this run; the names
+        are rebound to the plain modules afterwards. Dynamo caches per module, so a re-run reuses
+        the compiled graphs: only the first run's profile lists them (``%neuron_graphs`` lists
+        all). Modules the cell reaches other than by name (in a list, as an attribute) run eager.
+
+        ``--compare cpu,cuda,neuron`` runs the cell once per device and shows a table and chart
+        (cpu: measured host wall time; the others: simulated time). ``-o`` returns the Profile
+        (or the Comparison); ``-q`` displays nothing.
+        """
+        args = parse(self.neuron_profile, line)
+        statement = " ".join(args.statement).strip()
+        if cell is not None and statement:
+            raise usage_error(self.neuron_profile, f"the cell form takes options only, not {statement!r}")
+        source = cell if cell is not None else statement
+        if not source.strip():
+            raise usage_error(self.neuron_profile, "nothing to profile: give a statement or a cell")
+        if args.compare and args.device:
+            raise usage_error(self.neuron_profile, "use --compare or --device, not both")
+        to_compile = split_list(self.neuron_profile, args.compile_modules) or (
+            sorted(names_used(source)) if args.compile else [])
+        run = self._runner(source)
+        used = names_used(source)
+        if args.compare:
+            result = self._compare(args, run, used, to_compile)
+        else:
+            result = self._profile(args, run, used, to_compile)
+        if args.quiet:
+            pass
+        elif isinstance(result, Comparison):
+            result.show()
+        else:
+            show_profile(self.shell, result)
+        return result if args.output else None
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _runner(self, source: str):
+        """A callable that executes ``source`` in the notebook's namespace (tracebacks show it)."""
+        filename = self.shell.compile.cache(source)
+        code = self.shell.compile(source, filename, "exec")
+        namespace = self.shell.user_ns
+        return lambda *_device: exec(code, namespace)
+
+    def _following(self, used) -> list[str]:
+        """Modules/tensors the cell names that sit on the active device (they follow a switch)."""
+        return names_on(self.shell.user_ns, used, active_device().torch_device.type)
+
+    def _scope(self, stack: contextlib.ExitStack, device: str, target, following, to_compile) -> None:
+        """Switch to ``device`` (if it is not the active one), bring ``following`` along, compile."""
+        state = active_device()
+        running_on = "neuron" if state.redirect else state.device      # redirected CUDA runs on neuron
+        if device != running_on or (target is not None and target != state.target):
+            try:
+                stack.enter_context(use_device(device, target))
+            except ValueError as exc:
+                raise usage_error(self.neuron_profile, str(exc)) from None
+            stack.enter_context(placed(self.shell.user_ns, following, active_device().torch_device))
+        if to_compile:
+            stack.enter_context(compiled(self.shell.user_ns, to_compile))
+
+    def _profile(self, args, run, used, to_compile):
+        state = active_device()
+        device = args.device or ("neuron" if state.device == "cpu" or state.redirect else state.device)
+        following = self._following(used)
+        with contextlib.ExitStack() as stack:
+            self._scope(stack, device, args.target, following, to_compile)
+            now = active_device()
+            target = args.target or (now.target if now.device == device else None)
+            return profile(run, device=device, target=target)
+
+    def _compare(self, args, run, used, to_compile) -> Comparison:
+        devices = split_list(self.neuron_profile, args.compare, DEVICES, "device")
+        known = available()
+        targets = split_list(self.neuron_profile, args.target, [t for d in devices for t in known[d]], "target") or None
+        following = self._following(used)
+        parts = []
+        for device in devices:
+            with contextlib.ExitStack() as stack:
+                self._scope(stack, device, None, following, to_compile)
+                parts.append(compare(run, devices=[device], targets=targets))
+        return Comparison(pd.concat([p.frame for p in parts], ignore_index=True),
+                          {k: v for p in parts for k, v in p.profiles.items()},
+                          {k: v for p in parts for k, v in p.results.items()})

@@ -1,0 +1,83 @@
+"""Every tutorial notebook runs end to end in a real kernel, and shows what it promises."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from nb_paths import NOTEBOOKS
+
+log = logging.getLogger(__name__)
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+PLOTLY = "application/vnd.plotly.v1+json"
+EXPECTED = ("01_quickstart.ipynb", "02_eager_vs_compiled.ipynb", "03_cuda_to_neuron.ipynb",
+            "04_transformer_anatomy.ipynb", "05_hardware_what_ifs.ipynb")
+
+# Per notebook: (text that some output must contain, mime types some output must have).
+FACTS = {
+    "01_quickstart.ipynb": (["simulated trn2 NeuronCore", "max |neuron - cpu| = 0.0", "neuron trn2", "cuda h100",
+                             "Profile: neuron trn2", "cpu False"], [WIDGET, PLOTLY]),
+    "02_eager_vs_compiled.ipynb": (["compiled / eager", "FX code of", "addmm,gelu"], [WIDGET, PLOTLY]),
+    "03_cuda_to_neuron.ipynb": (["emulated h100 GPU", "redirected to the neuron device", "aten::topk",
+                                 "NeuronCore vs CPU:     max |diff| = 0.0", "top-5 classes agree"], [WIDGET]),
+    "04_transformer_anatomy.ipynb": (["ridge point", "aten::bmm", "seq 512 (%)"], [WIDGET, PLOTLY]),
+    "05_hardware_what_ifs.ipynb": (["neuron trn1", "neuron trn3", "cuda h100", "2x HBM + DMA",
+                                    "what-if override"], [PLOTLY]),
+}
+
+
+def _texts(nb) -> list[str]:
+    out = []
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            if o.output_type == "stream":
+                out.append(o.text)
+            for value in o.get("data", {}).values():
+                out.append(value if isinstance(value, str) else json.dumps(value))
+    return out
+
+
+def _mimes(nb) -> set[str]:
+    return {m for cell in nb.cells for o in cell.get("outputs", []) for m in o.get("data", {})}
+
+
+def test_every_tutorial_is_there():
+    assert tuple(p.name for p in NOTEBOOKS) == EXPECTED
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(not c.outputs and c.execution_count is None for c in code)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
+    assert "%load_ext workbench" in code[0].source
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_runs_end_to_end(path, kernel_name, tmp_path):
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=240, kernel_name=kernel_name, allow_errors=False,
+                            resources={"metadata": {"path": str(tmp_path)}})
+    start = time.perf_counter()
+    client.execute()            # raises CellExecutionError on the first failing cell
+    log.info("%s ran in %.1f s", path.name, time.perf_counter() - start)
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors
+    stderr = "".join(o.text for c in nb.cells for o in c.get("outputs", [])
+                     if o.output_type == "stream" and o.name == "stderr")
+    assert "Traceback" not in stderr and "UsageError" not in stderr
+    texts, mimes = _texts(nb), _mimes(nb)
+    wanted_text, wanted_mimes = FACTS[path.name]
+    for fact in wanted_text:
+        assert any(fact in t for t in texts), f"{path.name}: no output mentions {fact!r}"
+    for mime in wanted_mimes:
+        assert mime in mimes, f"{path.name}: no {mime} output"
