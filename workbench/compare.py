@@ -24,7 +24,7 @@ __all__ = ["compare", "Comparison", "COMPARISON_COLUMNS"]
 log = logging.getLogger(__name__)
 
 COMPARISON_COLUMNS = ("label", "device", "target", "compiled", "time_s", "time_kind", "hbm_bytes",
-                      "mfu_percent", "op_count", "fallback_count", "wall_time_s")
+                      "mfu_percent", "op_count", "launch_count", "fallback_count", "wall_time_s")
 _CPU_RUNS = 3
 
 
@@ -51,6 +51,10 @@ class Comparison:
         from IPython.display import display
         display(self)
         display(self.figure())
+
+    def __repr__(self) -> str:
+        runs = ", ".join(f"{r.label}: {r.time_s:.3g} s" for r in self.frame.itertuples())
+        return f"Comparison({runs})"
 
     def _repr_html_(self) -> str:
         rows = []
@@ -98,6 +102,7 @@ def _row(label, device, target, compiled, time_s, kind, prof=None, wall=0.0) -> 
     return {"label": label, "device": device, "target": target or "", "compiled": compiled, "time_s": time_s,
             "time_kind": kind, "hbm_bytes": s.get("hbm_read_bytes", 0) + s.get("hbm_write_bytes", 0),
             "mfu_percent": s.get("mfu_estimated_percent", 0.0), "op_count": s.get("op_count", 0),
+            "launch_count": s.get("launch_count", s.get("op_count", 0)),
             "fallback_count": s.get("fallback_count", 0), "wall_time_s": wall}
 
 
@@ -114,7 +119,8 @@ def compare(fn: Callable, devices: Sequence[str] = ("cpu", "cuda", "neuron"), co
     for device in devices:
         for target in _targets_for(device, targets):
             for compiled in compile:
-                label = " ".join(x for x in (device, target, "compiled" if compiled else "") if x)
+                target_name = getattr(target, "name", target)   # a preset name or a derived config
+                label = " ".join(x for x in (device, target_name, "compiled" if compiled else "") if x)
                 run = _compiled(fn, device, backend) if compiled else fn
                 call = (lambda run=run, device=device: run(device)) if with_device else run
                 with default_device(device, target):
@@ -125,7 +131,7 @@ def compare(fn: Callable, devices: Sequence[str] = ("cpu", "cuda", "neuron"), co
                         prof = profile(call, device=device, target=target, graphs_since=graphs_before)
                         prof.meta["compiled"] = bool(compiled)
                         profiles[label], results[label] = prof, prof.result
-                        rows.append(_row(label, device, target, bool(compiled), prof.summary["total_time"],
+                        rows.append(_row(label, device, target_name, bool(compiled), prof.summary["total_time"],
                                          "simulated", prof, prof.meta["wall_time_s"]))
                         continue
                     walls = []
@@ -135,6 +141,6 @@ def compare(fn: Callable, devices: Sequence[str] = ("cpu", "cuda", "neuron"), co
                         walls.append(time.perf_counter() - start)
                 wall = statistics.median(walls)
                 profiles[label] = None
-                rows.append(_row(label, device, target, bool(compiled), wall, "measured host wall time", wall=wall))
+                rows.append(_row(label, device, target_name, bool(compiled), wall, "measured host wall time", wall=wall))
                 log.info("%s: %.3g s measured host wall time (no simulator on %s)", label, wall, device)
     return Comparison(pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS)), profiles, results)

@@ -121,7 +121,8 @@ class ProfileSession:
         self.target = target or DEFAULT_TARGETS[device]
         self.source = source
         self.on_op = on_op
-        self.profile = Profile(meta={"device": device, "target": self.target, "device_kind": device,
+        self.profile = Profile(meta={"device": device, "target": getattr(self.target, "name", self.target),
+                                     "device_kind": device,
                                      **(meta or {})})
         self._stack: contextlib.ExitStack | None = None
         # Graphs compiled by a warm-up run before the block still belong to this profile.
@@ -130,9 +131,12 @@ class ProfileSession:
     def __enter__(self) -> Profile:
         from backend.device.recording import recording
         self.sink = make_sink(self.device, self.target)
+        self._previous_target = None
         if self.device == "neuron":
             import backend.device as device_layer
-            if getattr(device_layer.get_target(), "name", None) != self.target:
+            current = device_layer.get_target()
+            if current is not self.target and current.name != self.target:
+                self._previous_target = current       # restored on exit: profiling is not a switch
                 device_layer.set_target(self.target)
         self._graphs_before = len(compiled_graphs()) if self._graphs_since is None else self._graphs_since
         self._stack = contextlib.ExitStack()
@@ -145,6 +149,9 @@ class ProfileSession:
     def __exit__(self, exc_type, exc, tb) -> bool:
         wall = time.perf_counter() - self._start
         self._stack.close()
+        if self._previous_target is not None:
+            import backend.device as device_layer
+            device_layer.set_target(self._previous_target)
         self.profile.meta["wall_time_s"] = wall
         graphs = compiled_graphs()[self._graphs_before:]
         trace = self.sink.trace

@@ -208,6 +208,8 @@ class Trace:
             "total_time": total_s,
             "total_time_ns": total_ns,
             "op_count": sum(op.count for op in self.ops),
+            # Views are bookkeeping, not work on the device: they launch nothing.
+            "launch_count": sum(op.count for op in self.ops if op.kind != "view"),
             "fallback_count": sum(op.count for op in self.ops if op.kind == "fallback"),
             "instruction_count": sum(op.instruction_count for op in self.ops),
             "total_flops": flops,

@@ -15,18 +15,21 @@ from backend.sim.presets import MiB, derive
 from workbench import cli
 from workbench.migration_run import Step, replica, to_device
 
-UNLOWERED_OP = "aten::topk"
+UNLOWERED_OP = "aten::linalg_cholesky_ex"
 
 
-class TopK(nn.Module):
-    """A linear layer, then top-k: an op the NeuronCore lowering does not have."""
+class CholeskyHead(nn.Module):
+    """A linear layer, then a Cholesky factorisation: dense linear algebra a NeuronCore has no
+    lowering for (it runs on the host), like solvers in second-order optimisers."""
 
     def __init__(self):
         super().__init__()
         self.proj = nn.Linear(32, 64)
 
     def forward(self, x):
-        return torch.topk(self.proj(x), k=8, dim=-1).values
+        h = self.proj(x)
+        gram = h.transpose(-1, -2) @ h + torch.eye(h.shape[-1], device=h.device)
+        return torch.linalg.cholesky(gram)
 
 
 class Cancel(nn.Module):
@@ -70,17 +73,17 @@ def _mlp():
 
 
 @pytest.fixture(scope="module")
-def topk_report():
+def fallback_report():
     torch.manual_seed(0)
-    model = TopK()
+    model = CholeskyHead()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     report = wb.migration_report(model, torch.randn(8, 32), compile=False)
     return report, model, before
 
 
-def test_unlowered_op_is_counted_and_costed_as_a_fallback(topk_report):
+def test_unlowered_op_is_counted_and_costed_as_a_fallback(fallback_report):
     assert lowering_for(UNLOWERED_OP) is None, f"{UNLOWERED_OP} is lowered now: pick an op the registry lacks"
-    report, _, _ = topk_report
+    report, _, _ = fallback_report
     row = report.coverage.set_index("op").loc[UNLOWERED_OP]
     assert row["status"] == "host fallback" and row["calls"] == 1 and row["phases"] == "forward"
     # the host round trip costs more than the host compute alone: the transfers are in it
@@ -96,15 +99,15 @@ def test_unlowered_op_is_counted_and_costed_as_a_fallback(topk_report):
     assert any(UNLOWERED_OP in line for line in report.findings)
 
 
-def test_the_users_model_is_left_untouched(topk_report):
-    _, model, before = topk_report
+def test_the_users_model_is_left_untouched(fallback_report):
+    _, model, before = fallback_report
     assert model.training and all(p.device.type == "cpu" for p in model.parameters())
     for name, value in model.state_dict().items():
         torch.testing.assert_close(value, before[name], rtol=0, atol=0)
 
 
-def test_performance_costs_the_same_step_on_target_and_baseline(topk_report):
-    report, _, _ = topk_report
+def test_performance_costs_the_same_step_on_target_and_baseline(fallback_report):
+    report, _, _ = fallback_report
     perf = report.performance.set_index("device")
     assert list(report.performance["label"]) == ["trn2 eager", "h100 eager"]
     assert perf.loc["neuron", "op_count"] == perf.loc["cuda", "op_count"]
@@ -257,7 +260,7 @@ def test_bad_arguments_raise():
 
 def test_a_model_already_on_neuron_under_the_neuron_default_device():
     with wb.use_device("neuron"):
-        model = TopK()                       # built on neuron, like a notebook after %neuron_device
+        model = CholeskyHead()                       # built on neuron, like a notebook after %neuron_device
         report = wb.migration_report(model, torch.randn(8, 32), compile=False)
         assert torch.get_default_device().type == "neuron"
     assert next(model.parameters()).device.type == "neuron" and model.training

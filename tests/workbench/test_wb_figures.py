@@ -166,7 +166,7 @@ def test_profiles_figure_compares_engine_time_and_traffic():
     tensor = next(t for t in fig.data if t.name == "tensor")
     assert list(tensor.x) == ["eager", "compiled"] and tensor.y[0] == pytest.approx(2 * tensor.y[1])
     launches = next(t for t in fig.data if t.name == "launches")
-    assert list(launches.y) == [eager.summary["op_count"], compiled.summary["op_count"]]
+    assert list(launches.y) == [eager.summary["launch_count"], compiled.summary["launch_count"]]
 
 
 def test_empty_profile_figures_say_why():

@@ -40,7 +40,7 @@ def comparison_figure(frame: pd.DataFrame, *, title: str = "Device comparison", 
         fig.add_bar(row=1, col=2, x=rows["config"], y=rows["hbm_bytes"], name=mode, legendgroup=mode,
                     showlegend=False, marker_color=colour,
                     hovertemplate=f"%{{x}}<br>%{{y:.4s}}B<extra>{mode}</extra>")
-        fig.add_bar(row=1, col=3, x=rows["config"], y=rows["op_count"], name=mode, legendgroup=mode,
+        fig.add_bar(row=1, col=3, x=rows["config"], y=rows["launch_count"] if "launch_count" in rows else rows["op_count"], name=mode, legendgroup=mode,
                     showlegend=False, marker_color=colour,
                     hovertemplate=f"%{{x}}<br>%{{y}} ops<extra>{mode}</extra>")
     note = "hatched: measured host wall time (no simulator on cpu); others: simulated device time"
@@ -77,7 +77,7 @@ def profiles_figure(profiles: dict, *, title: str = "Eager vs compiled", height:
                     legendgroup="hbm", legendgrouptitle_text="traffic",
                     marker={"color": LEVEL_COLOURS["hbm"], "pattern": {"shape": pattern}},
                     hovertemplate=f"%{{x}}<br>HBM {way} %{{y:.4s}}B<extra></extra>")
-    fig.add_bar(row=1, col=3, x=labels, y=[s["op_count"] for s in summaries], name="launches",
+    fig.add_bar(row=1, col=3, x=labels, y=[s.get("launch_count", s["op_count"]) for s in summaries], name="launches",
                 marker_color="#7f7f7f", showlegend=False, hovertemplate="%{x}<br>%{y} launches<extra></extra>")
     times = ", ".join(f"{k}: {s['total_time'] * 1e9 / scale:.4g} {unit}" for k, s in zip(labels, summaries))
     base_layout(fig, f"{title}<br><sup>simulated time {times}</sup>", height=height, top=100)
