@@ -104,7 +104,17 @@ def move(namespace: dict, names, device: str | torch.device | None = None) -> li
             raise ValueError(f"nothing named {name!r} to move")
         value = namespace[name]
         if isinstance(value, torch.nn.Module):
-            value.to(device)
+            try:
+                value.to(device)
+            except RuntimeError as exc:
+                if "swap" not in str(exc):
+                    raise
+                # Module.to swaps each parameter's TensorImpl, which torch refuses while an
+                # earlier output's autograd graph still references the parameter.
+                raise RuntimeError(
+                    f"cannot move {name!r}: an earlier output still holds its autograd graph. "
+                    f"Delete those outputs (e.g. `del y`) or compute them under torch.no_grad(), "
+                    f"then move again.") from exc
         elif isinstance(value, torch.Tensor):
             namespace[name] = value.to(device)
         else:

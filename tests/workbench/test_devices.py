@@ -67,3 +67,14 @@ def test_move_named_models_and_tensors():
         move(namespace, ["n"], "neuron")
     with pytest.raises(ValueError, match="nothing named"):
         move(namespace, ["missing"], "neuron")
+
+
+def test_move_explains_a_live_autograd_graph():
+    namespace = {"model": torch.nn.Linear(2, 2)}
+    # The input needs grad, so y's graph saves the weight itself for backward.
+    y = namespace["model"](torch.ones(1, 2, requires_grad=True))
+    with pytest.raises(RuntimeError, match="still holds its autograd graph"):
+        move(namespace, ["model"], "neuron")
+    del y
+    move(namespace, ["model"], "neuron")
+    assert namespace["model"].weight.device.type == "neuron"
