@@ -3,7 +3,9 @@
 Importing the package registers every op lowering; ``lower`` handles one eager op,
 ``lower_kernel`` a fused group, ``EagerSession`` / ``simulate`` run op streams.
 """
-from backend.lowering import attention, data, elementwise, indexing, matmul, reductions  # noqa: F401
+from backend.lowering import (  # noqa: F401  (importing registers the lowerings)
+    attention, data, elementwise, foreach, indexing, layout, losses, matmul, pooling, reductions, resample, sorting,
+)
 from backend.lowering.eager import lower
 from backend.sim.flops import is_matmul_like, op_flops, op_min_bytes
 from backend.lowering.kernel import lower_kernel

@@ -15,6 +15,7 @@ from __future__ import annotations
 from math import ceil, prod
 
 from backend.lowering.builder import OpContext, split_even
+from backend.lowering.matmul import tensor_engine_dtype
 from backend.lowering.registry import lowering
 
 __all__ = ["attention"]
@@ -31,7 +32,7 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
     if min(sq, sk, d, dv) == 0:
         return
     b, t = ctx.b, ctx.target
-    dt = q.dtype
+    dt = tensor_engine_dtype(ctx, q.dtype)
     qt, kt, kn = ceil(sq / 128), ceil(sk / 128), ceil(sk / 512)
     dt_tiles, qn = ceil(d / 128), ceil(sq / 512)
     causal = bool(ctx.attrs.get("is_causal", False))

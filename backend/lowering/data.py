@@ -8,6 +8,8 @@ nothing lowers runs on the host: its inputs go down, the host computes, its outp
 """
 from __future__ import annotations
 
+from math import ceil
+
 from backend.lowering.builder import Builder, OpContext
 from backend.sim.flops import op_flops, op_min_bytes
 from backend.lowering.registry import lowering
@@ -17,7 +19,7 @@ from backend.sim.ir import Program
 from backend.sim.presets import NeuronConfig
 
 __all__ = ["contiguous_run", "transfer_program", "fallback_program", "fallback_into", "copy_tensor",
-           "base_program", "MIN_DMA_RUN_BYTES"]
+           "base_program", "zero_fill", "MIN_DMA_RUN_BYTES"]
 
 MIN_DMA_RUN_BYTES = 512
 TRANSPOSE_BLOCK = 128
@@ -57,6 +59,17 @@ def copy_tensor(ctx: OpContext, src_index: int, src: TensorDesc, dst: TensorDesc
     stream(ctx, tiles=tiles, partitions=parts, stages=stages,
            loads=[TileIO(src_index, parts * free * src.itemsize, max(src.itemsize, run_bytes), parts)],
            stores=[TileIO(0, parts * free * dst.itemsize, free * dst.itemsize, parts)])
+
+
+def zero_fill(ctx: OpContext, out: TensorDesc, nbytes: int | None = None, run_bytes: int | None = None) -> int:
+    """Zero ``nbytes`` (default: all) of an HBM tensor, in runs of ``run_bytes``: one memset tile in
+    SBUF, broadcast out by DMA."""
+    b, t = ctx.b, ctx.target
+    nbytes = out.nbytes if nbytes is None else nbytes
+    free = max(1, min(ceil(nbytes / out.itemsize / t.partitions), 2048))
+    ms = b.compute("vector", "memset", free_size=free, dtype=out.dtype, value=0)
+    return b.dma(nbytes, src="sbuf", dst="hbm", row_bytes=run_bytes or free * out.itemsize, deps=(ms,),
+                 src_bytes=t.partitions * free * out.itemsize)
 
 
 @lowering("aten::_to_copy", "aten::clone", "aten::contiguous", "aten::to", "aten::_copy_from",

@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 from backend.lowering.builder import OpContext
 from backend.lowering.registry import lowering
-from backend.lowering.stream import Stage, TileIO, elementwise_tiling, stream
+from backend.lowering.stream import Stage, TileIO, act, elementwise_tiling, stream, vec
+from backend.sim.descriptors import TensorDesc
 
 __all__ = ["elementwise", "TT_ALU", "ACTIVATIONS"]
 
@@ -25,13 +26,17 @@ TT_ALU = {
     "logical_and": "logical_and", "logical_or": "logical_or", "logical_xor": "logical_xor",
     "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
     "copysign": "copysign", "threshold_backward": "select", "hardtanh_backward": "select",
-    "square": "multiply",
+    "square": "multiply", "eq_": "is_equal", "ne_": "not_equal", "lt_": "is_lt", "le_": "is_le", "gt_": "is_gt",
+    "ge_": "is_ge", "logical_and_": "logical_and", "logical_or_": "logical_or", "logical_xor_": "logical_xor",
+    "bitwise_and_": "bitwise_and", "bitwise_or_": "bitwise_or", "bitwise_xor_": "bitwise_xor",
+    "maximum_": "max", "minimum_": "min", "remainder_": "mod", "fmod_": "mod", "atan2_": "atan2",
 }
 # single-tensor ALU ops on VectorE
 TS_OPS = ("neg", "neg_", "abs", "abs_", "sign", "sgn", "floor", "ceil", "round", "trunc", "frac",
           "clamp", "clamp_", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_", "hardtanh", "hardtanh_",
           "logical_not", "bitwise_not", "nan_to_num", "isnan", "isinf", "isfinite", "signbit",
-          "threshold", "relu6")
+          "threshold", "relu6", "floor_", "ceil_", "round_", "trunc_", "frac_", "sign_", "nan_to_num_",
+          "logical_not_", "bitwise_not_", "threshold_")
 # ScalarE activation functions (f(x * scale + bias) in one instruction)
 ACTIVATIONS = ("exp", "exp_", "exp2", "expm1", "log", "log_", "log2", "log10", "log1p", "tanh", "tanh_",
                "sigmoid", "sigmoid_", "gelu", "gelu_", "silu", "silu_", "mish", "relu", "relu_", "sqrt",
@@ -52,12 +57,14 @@ def _aten(*names: str) -> tuple:
     return tuple("aten::" + n for n in names)
 
 
-def elementwise(ctx: OpContext, stages_for: StageFn, *, read_inputs: bool = True) -> None:
-    """Stream the op's output extent; full-size inputs per tile, small ones loaded once."""
-    ref = ctx.outputs[0] if ctx.outputs else ctx.inputs[0]
+def elementwise(ctx: OpContext, stages_for: StageFn, *, read_inputs: bool = True,
+                extent: TensorDesc | None = None) -> list[int]:
+    """Stream the op's output extent (or ``extent``); full-size inputs per tile, small ones loaded
+    once. Outputs smaller than the extent (a reduced loss) are left to the caller."""
+    ref = extent or (ctx.outputs[0] if ctx.outputs else ctx.inputs[0])
     numel = ref.numel
     if numel == 0:
-        return
+        return []
     dtype = ctx.inputs[0].dtype if ctx.inputs else ref.dtype
     tiles, parts, free = elementwise_tiling(numel, ref.dtype, ctx.target)
     tile_elems = parts * free
@@ -66,7 +73,8 @@ def elementwise(ctx: OpContext, stages_for: StageFn, *, read_inputs: bool = True
         if t.numel == 0:
             continue
         if t.numel >= numel:
-            loads.append(TileIO(i, tile_elems * t.itemsize, free * t.itemsize, parts))
+            scale = t.numel // numel        # > 1 when the op shrinks its input (glu's two halves)
+            loads.append(TileIO(i, scale * tile_elems * t.itemsize, scale * free * t.itemsize, parts))
             full_inputs += 1
         elif t.numel <= tile_elems:
             # broadcast operand: replicated across partitions once, its source read once
@@ -77,17 +85,10 @@ def elementwise(ctx: OpContext, stages_for: StageFn, *, read_inputs: bool = True
             loads.append(TileIO(i, share, max(t.itemsize, share // parts), parts))
     # an in-place op that reports no outputs writes its first input back
     outs = ctx.outputs or (ctx.inputs[:1] if ctx.record.name.endswith("_") else ())
-    stores = [TileIO(k, tile_elems * o.itemsize, free * o.itemsize, parts) for k, o in enumerate(outs) if o.numel]
-    stream(ctx, tiles=tiles, partitions=parts, stages=stages_for(free, dtype, full_inputs, ctx),
-           loads=loads, stores=stores)
-
-
-def _vec(opcode: str, free: int, dtype: str, n_inputs: int = 1, **attrs) -> Stage:
-    return Stage("vector", opcode, free, dtype=dtype, n_inputs=n_inputs, flops=free, attrs=attrs)
-
-
-def _act(free: int, dtype: str, func: str) -> Stage:
-    return Stage("scalar", "activation", free, dtype=dtype, flops=4 * free, attrs={"func": func})
+    stores = [TileIO(k, tile_elems * o.itemsize, free * o.itemsize, parts) for k, o in enumerate(outs)
+              if o.numel >= numel]
+    return stream(ctx, tiles=tiles, partitions=parts, stages=stages_for(free, dtype, full_inputs, ctx),
+                  loads=loads, stores=stores)
 
 
 def _op(ctx: OpContext) -> str:
@@ -101,62 +102,62 @@ def _binary(ctx: OpContext) -> None:
     def stages(free, dtype, full, _ctx):
         tensors = sum(1 for t in ctx.inputs if t.numel)
         if tensors >= 2:
-            return [_vec("tensor_tensor", free, dtype, 2, alu=alu)]
-        return [_vec("tensor_scalar", free, dtype, alu=alu)]
+            return [vec("tensor_tensor", free, dtype, 2, alu=alu)]
+        return [vec("tensor_scalar", free, dtype, alu=alu)]
 
     elementwise(ctx, stages)
 
 
 @lowering(*_aten(*TS_OPS))
 def _unary_alu(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [_vec("tensor_scalar", free, dtype, alu=_op(ctx))])
+    elementwise(ctx, lambda free, dtype, full, _c: [vec("tensor_scalar", free, dtype, alu=_op(ctx))])
 
 
 @lowering(*_aten(*ACTIVATIONS))
 def _activation(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [_act(free, dtype, _op(ctx).rstrip("_"))])
+    elementwise(ctx, lambda free, dtype, full, _c: [act(free, dtype, _op(ctx).rstrip("_"))])
 
 
 @lowering(*_aten(*ACTIVATION_BACKWARD))
 def _activation_backward(ctx: OpContext) -> None:
     func = _op(ctx).replace("_backward", "_derivative")
-    elementwise(ctx, lambda free, dtype, full, _c: [_act(free, dtype, func),
-                                                     _vec("tensor_tensor", free, dtype, 2, alu="multiply")])
+    elementwise(ctx, lambda free, dtype, full, _c: [act(free, dtype, func),
+                                                     vec("tensor_tensor", free, dtype, 2, alu="multiply")])
 
 
 @lowering(*_aten("reciprocal", "reciprocal_"))
 def _reciprocal(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [_vec("reciprocal", free, dtype)])
+    elementwise(ctx, lambda free, dtype, full, _c: [vec("reciprocal", free, dtype)])
 
 
 @lowering(*_aten("where", "masked_fill", "masked_fill_", "masked_scatter"))
 def _select(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [_vec("select", free, dtype, max(1, full))])
+    elementwise(ctx, lambda free, dtype, full, _c: [vec("select", free, dtype, max(1, full))])
 
 
 @lowering(*_aten("addcmul", "addcmul_", "addcdiv", "addcdiv_", "lerp", "lerp_"))
 def _fused_multiply_add(ctx: OpContext) -> None:
     first = "divide" if "div" in _op(ctx) else "multiply"
-    elementwise(ctx, lambda free, dtype, full, _c: [_vec("tensor_tensor", free, dtype, 2, alu=first),
-                                                     _vec("tensor_tensor", free, dtype, 2, alu="add")])
+    elementwise(ctx, lambda free, dtype, full, _c: [vec("tensor_tensor", free, dtype, 2, alu=first),
+                                                     vec("tensor_tensor", free, dtype, 2, alu="add")])
 
 
 @lowering(*_aten("native_dropout"))
 def _dropout(ctx: OpContext) -> None:
     # VectorE dropout draws and applies the mask; a second pass writes the mask for backward.
-    elementwise(ctx, lambda free, dtype, full, _c: [_vec("dropout", free, dtype),
-                                                     _vec("tensor_scalar", free, dtype, alu="is_equal")])
+    elementwise(ctx, lambda free, dtype, full, _c: [vec("dropout", free, dtype),
+                                                     vec("tensor_scalar", free, dtype, alu="is_equal")])
 
 
 @lowering(*_aten("native_dropout_backward"))
 def _dropout_backward(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [_vec("tensor_tensor", free, dtype, 2, alu="multiply")])
+    elementwise(ctx, lambda free, dtype, full, _c: [vec("tensor_tensor", free, dtype, 2, alu="multiply")])
 
 
 @lowering(*_aten("fill_", "zero_", "fill", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
                  "new_zeros", "new_ones", "new_full", "scalar_tensor"))
 def _fill(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [_vec("memset", free, _c.outputs[0].dtype, value=0)],
+    elementwise(ctx, lambda free, dtype, full, _c: [vec("memset", free, _c.outputs[0].dtype, value=0)],
                 read_inputs=False)
 
 
@@ -166,23 +167,42 @@ def _random(ctx: OpContext) -> None:
                 read_inputs=_op(ctx).startswith("bernoulli"))
 
 
-@lowering("aten::_foreach_add", "aten::_foreach_add_", "aten::_foreach_mul", "aten::_foreach_mul_",
-          "aten::_foreach_sub", "aten::_foreach_sub_", "aten::_foreach_div", "aten::_foreach_div_",
-          "aten::_foreach_addcmul_", "aten::_foreach_addcdiv_", "aten::_foreach_lerp_", "aten::_foreach_sqrt",
-          "aten::_foreach_neg", "aten::_foreach_zero_", "aten::_fused_adam_", "aten::_fused_adamw_",
-          "aten::_fused_sgd_")
-def _multi_tensor(ctx: OpContext) -> None:
-    """Optimizer-style ops over tensor lists: every list streamed, a few VectorE ops per element."""
-    name = _op(ctx)
-    ops_per_element = 10 if name.startswith("_fused_adam") else 2 if "addc" in name or "lerp" in name else 1
-    numel = sum(t.numel for t in ctx.inputs)
-    if numel == 0:
-        return
-    dtype = ctx.inputs[0].dtype
-    tiles, parts, free = elementwise_tiling(numel, dtype, ctx.target)
-    tile_bytes = parts * free * ctx.inputs[0].itemsize
-    loads = [TileIO(0, tile_bytes, free * ctx.inputs[0].itemsize, parts)]
-    out_bytes = sum(t.nbytes for t in ctx.outputs) or (ctx.inputs[0].nbytes if name.endswith("_") else 0)
-    stores = [TileIO(0, max(1, out_bytes // tiles), free * ctx.inputs[0].itemsize, parts)] if out_bytes else []
-    stream(ctx, tiles=tiles, partitions=parts, loads=loads, stores=stores,
-           stages=[_vec("tensor_tensor", free, dtype, 2, alu="add")] * ops_per_element)
+@lowering(*_aten("glu"))
+def _glu(ctx: OpContext) -> None:
+    """a * sigmoid(b) over the halves of ``dim``: sigmoid on ScalarE, the product on VectorE."""
+    elementwise(ctx, lambda free, dtype, full, _c: [act(free, dtype, "sigmoid"),
+                                                     vec("tensor_tensor", free, dtype, 2, alu="multiply")])
+
+
+@lowering(*_aten("glu_backward"))
+def _glu_backward(ctx: OpContext) -> None:
+    # per half-element: s = sigmoid(b); da = g*s; db = g*a*s*(1-s): one activation, four VectorE ops
+    elementwise(ctx, lambda free, dtype, full, _c: [act(free // 2 or 1, dtype, "sigmoid"),
+                                                     *[vec("tensor_tensor", free // 2 or 1, dtype, 2,
+                                                            alu="multiply")] * 4])
+
+
+@lowering(*_aten("_prelu_kernel"))
+def _prelu(ctx: OpContext) -> None:
+    elementwise(ctx, lambda free, dtype, full, _c: [vec("tensor_tensor", free, dtype, 2, alu="multiply"),
+                                                     vec("select", free, dtype, 2)])
+
+
+@lowering(*_aten("_prelu_kernel_backward"))
+def _prelu_backward(ctx: OpContext) -> None:
+    # grad_input = select(x > 0, g, w*g); grad_weight (per element, summed by a later op) = select(x > 0, 0, x*g)
+    elementwise(ctx, lambda free, dtype, full, _c: [vec("tensor_tensor", free, dtype, 2, count=2, alu="multiply"),
+                                                     vec("select", free, dtype, 2, count=2)])
+
+
+@lowering(*_aten("log_sigmoid_forward"))
+def _log_sigmoid(ctx: OpContext) -> None:
+    # -softplus(-x) on ScalarE; the second output is the buffer torch keeps for backward
+    elementwise(ctx, lambda free, dtype, full, _c: [act(free, dtype, "softplus"),
+                                                     vec("tensor_scalar", free, dtype, alu="multiply")])
+
+
+@lowering(*_aten("log_sigmoid_backward"))
+def _log_sigmoid_backward(ctx: OpContext) -> None:
+    elementwise(ctx, lambda free, dtype, full, _c: [act(free, dtype, "sigmoid"),
+                                                     vec("tensor_tensor", free, dtype, 2, alu="multiply")])

@@ -48,6 +48,7 @@ class GemmShape:
     bias_dtype: str = "float32"
     k_tile: int = 0                 # K chunk per matmul when K is structured (conv: channels per tap)
     b_reuse: int = 1                # B's HBM bytes are K*N*itemsize / b_reuse (conv: taps reuse input)
+    load_dtype: str | None = None   # A and B in HBM when the load DMA casts them to ``dtype`` (auto-cast)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ def plan_gemm(shape: GemmShape, target: NeuronConfig) -> GemmPlan:
     k_tiles, tk = _tiles(shape.k, min(shape.k_tile or target.pe_rows, target.pe_rows))
     n_tiles, tn = _tiles(shape.n, target.moving_free_max)
     s, s_out = itemsize(shape.dtype), itemsize(shape.out_dtype)
+    s_hbm = itemsize(shape.load_dtype or shape.dtype)
     budget = SBUF_BUDGET_FRACTION * target.sbuf_usable_bytes
     mm_ns = _unit_ns(target, engine="tensor", opcode="nc_matmul", free_size=tn, stationary_free=tm, dtype=shape.dtype)
     tr_ns = _unit_ns(target, engine="tensor", opcode="nc_transpose", free_size=tm, stationary_free=tk, dtype=shape.dtype)
@@ -111,7 +113,7 @@ def plan_gemm(shape: GemmShape, target: NeuronConfig) -> GemmPlan:
                        attrs={"psum_input": True})
     dma_rate = target.dma_bytes_per_s
     first_share = 1.0 if target.vector_scalar_share_psum else 0.5
-    a_total, b_total = shape.m * shape.k * s, shape.k * shape.n * s // shape.b_reuse
+    a_total, b_total = shape.m * shape.k * s_hbm, shape.k * shape.n * s_hbm // shape.b_reuse
     out_total = shape.m * shape.n * s_out
     matmuls = shape.batch * m_tiles * k_tiles * n_tiles
     best = None
@@ -150,6 +152,7 @@ def emit_gemm(ctx: OpContext, shape: GemmShape, plan: GemmPlan, a: int, b: int, 
     """Emit the blocked GEMM; ``a``/``b``/``bias``/``out`` are operand positions in the record."""
     bld, t = ctx.b, ctx.target
     s, s_out = itemsize(shape.dtype), itemsize(shape.out_dtype)
+    s_hbm = itemsize(shape.load_dtype or shape.dtype)
     tm, tk, tn = plan.tm, plan.tk, plan.tn
     n_mb, n_nb, n_kb = plan.n_mb, plan.n_nb, plan.n_kb
     a_blk_bytes = plan.bk * tk * plan.bm * tm * s
@@ -177,8 +180,9 @@ def emit_gemm(ctx: OpContext, shape: GemmShape, plan: GemmPlan, a: int, b: int, 
     start, ready_a, ready_b = 0, ctx.ready_deps(a), ctx.ready_deps(b)
     ready_a_step, ready_b_step = ready_a, ready_b
     # Rows and row bytes as an operand block arrives: K-contiguous operands come row-wise.
-    a_rows, a_row = (plan.bm * tm, plan.bk * tk * s) if shape.a_transposed else (plan.bk * tk, plan.bm * tm * s)
-    b_rows, b_row = (plan.bn * tn, plan.bk * tk * s) if shape.b_transposed else (plan.bk * tk, plan.bn * tn * s)
+    a_rows, a_row = (plan.bm * tm, plan.bk * tk * s_hbm) if shape.a_transposed else (plan.bk * tk, plan.bm * tm * s_hbm)
+    b_rows, b_row = (plan.bn * tn, plan.bk * tk * s_hbm) if shape.b_transposed else (plan.bk * tk, plan.bn * tn * s_hbm)
+    cast = s_hbm / s                # HBM bytes per SBUF byte of an operand block
     for g, r in enumerate(split_even(blocks, MAX_BLOCK_GROUPS)):
         a_loads, b_loads = loads_in(start, r)
         start += r
@@ -186,9 +190,9 @@ def emit_gemm(ctx: OpContext, shape: GemmShape, plan: GemmPlan, a: int, b: int, 
         last_evacs: list[int] = []
         for kg, kr in enumerate(k_groups):
             war = (step_hist[-2],) if len(step_hist) >= 2 else ()
-            a_ids = _load_operand(ctx, a, a_loads * kr, a_blk_bytes, a_rows, a_row, shape.a_transposed,
+            a_ids = _load_operand(ctx, a, a_loads * kr, a_blk_bytes, cast, a_rows, a_row, shape.a_transposed,
                                   plan.bm * plan.bk, tm, tk, shape.dtype, war, ready_a)
-            b_ids = _load_operand(ctx, b, b_loads * kr, b_blk_bytes, b_rows, b_row, shape.b_transposed,
+            b_ids = _load_operand(ctx, b, b_loads * kr, b_blk_bytes, cast, b_rows, b_row, shape.b_transposed,
                                   plan.bn * plan.bk * ceil(tn / tk), tk, tk, shape.dtype, war, ready_b)
             if a_ids:
                 ready_a_step = a_ids
@@ -231,10 +235,13 @@ def emit_gemm(ctx: OpContext, shape: GemmShape, plan: GemmPlan, a: int, b: int, 
     bld.note_psum(2 * PSUM_TILES_PER_GROUP * t.partitions * t.psum_bank_bytes)
 
 
-def _load_operand(ctx: OpContext, index: int, loads: int, block_bytes: int, rows: int, row_bytes: int,
+def _load_operand(ctx: OpContext, index: int, loads: int, block_bytes: int, cast: float, rows: int, row_bytes: int,
                   transposed: bool, blocks: int, part: int, free: int, dtype: str, war: tuple,
                   ready: tuple) -> tuple:
-    """DMA one operand block into SBUF (unless resident) and transpose it on TensorE if needed."""
+    """DMA one operand block into SBUF (unless resident) and transpose it on TensorE if needed.
+
+    ``cast`` is HBM bytes per SBUF byte: an auto-cast fp32 operand is read at 4 bytes and lands
+    in SBUF at 2 (the DMA engine converts on the fly)."""
     if loads == 0:
         return ()
     bld, t = ctx.b, ctx.target
@@ -242,8 +249,9 @@ def _load_operand(ctx: OpContext, index: int, loads: int, block_bytes: int, rows
         ids = ready
     else:
         # K-contiguous operands arrive row-wise (rows of the non-K dim), others K-row-wise.
-        ids = (bld.dma(block_bytes, src="hbm", dst="sbuf", partitions=min(rows, t.partitions),
-                       row_bytes=row_bytes, deps=war, repeat=loads),)
+        hbm_bytes = int(block_bytes * cast)
+        ids = (bld.dma(max(hbm_bytes, block_bytes), src="hbm", dst="sbuf", partitions=min(rows, t.partitions),
+                       row_bytes=row_bytes, deps=war, repeat=loads, src_bytes=hbm_bytes, dst_bytes=block_bytes),)
     if not transposed:
         return ids
     tr = bld.matmul(k=part, m=free, n=part, dtype=dtype, deps=ids, repeat=loads * blocks, opcode="nc_transpose")

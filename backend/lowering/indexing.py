@@ -10,6 +10,7 @@ from __future__ import annotations
 from math import ceil, prod
 
 from backend.lowering.builder import OpContext
+from backend.lowering.data import zero_fill
 from backend.lowering.elementwise import elementwise
 from backend.lowering.registry import lowering
 from backend.lowering.stream import Stage
@@ -25,32 +26,31 @@ def _slice_bytes(t: TensorDesc, dim: int) -> int:
     return prod(t.shape[dim % len(t.shape) + 1:]) * t.itemsize
 
 
-def indirect_copy(ctx: OpContext, *, index: int, count: int, slice_bytes: int, scatter: bool = False,
-                  table: int | None = None) -> int:
-    """Load ``count`` indices, generate descriptors on GpSimdE, move ``count`` slices."""
+def indirect_copy(ctx: OpContext, *, index: int | None, count: int, slice_bytes: int, scatter: bool = False,
+                  table: int | None = None, after: tuple = ()) -> int:
+    """Load ``count`` indices, generate descriptors on GpSimdE, move ``count`` slices.
+
+    The transfer also waits for ``after`` (a zero fill of its destination); with ``index=None``
+    the indices were computed on chip by those instructions instead of loaded.
+    """
     b, t = ctx.b, ctx.target
-    idx = ctx.inputs[index]
     parts = min(t.partitions, max(1, count))
-    load = ctx.ready_deps(index) or (b.dma(max(1, idx.nbytes), src="hbm", dst="sbuf", partitions=parts,
-                                           row_bytes=max(idx.itemsize, idx.nbytes // parts)),)
+    if index is None:
+        load, idx_dtype = tuple(after), "int32"
+    else:
+        idx = ctx.inputs[index]
+        idx_dtype = idx.dtype
+        load = ctx.ready_deps(index) or (b.dma(max(1, idx.nbytes), src="hbm", dst="sbuf", partitions=parts,
+                                               row_bytes=max(idx.itemsize, idx.nbytes // parts)),)
     gen = b.compute("gpsimd", "dma_descriptor_gen", free_size=ceil(count / parts), partitions=parts,
-                    dtype=idx.dtype, deps=load)
-    deps = (gen, *(ctx.ready_deps(table) if table is not None else ()))
+                    dtype=idx_dtype, deps=load)
+    deps = (gen, *after, *(ctx.ready_deps(table) if table is not None else ()))
     nbytes = max(1, count * slice_bytes)
     if scatter:
         # read-modify-write at the destination: each slice is read and written in HBM
         return b.dma(nbytes, src="hbm", dst="hbm", row_bytes=slice_bytes, deps=deps, opcode="dma_scatter_add",
                      src_bytes=2 * nbytes, dst_bytes=nbytes)
     return b.dma(nbytes, src="hbm", dst="hbm", row_bytes=slice_bytes, deps=deps, opcode="dma_gather")
-
-
-def _zero_fill(ctx: OpContext, out: TensorDesc) -> int:
-    """Zero an HBM tensor: a memset tile in SBUF broadcast out by DMA."""
-    b, t = ctx.b, ctx.target
-    free = max(1, min(ceil(out.numel / t.partitions), 2048))
-    ms = b.compute("vector", "memset", free_size=free, dtype=out.dtype, value=0)
-    return b.dma(out.nbytes, src="sbuf", dst="hbm", row_bytes=free * out.itemsize, deps=(ms,),
-                 src_bytes=t.partitions * free * out.itemsize)
 
 
 @lowering("aten::embedding", "aten::index_select", "aten::take")
@@ -88,33 +88,13 @@ def _scatter(ctx: OpContext) -> None:
     ctx.set_ready(0, (*first, ids))
 
 
-@lowering("aten::embedding_dense_backward")
+@lowering("aten::embedding_dense_backward", "aten::_embedding_bag_backward", "aten::_embedding_bag_dense_backward")
 def _embedding_backward(ctx: OpContext) -> None:
+    """Each gradient row scatter-added once per index that used it (a bag's row once per member)."""
     grad, index, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
-    _zero_fill(ctx, out)
+    zero = zero_fill(ctx, out)
     row = grad.shape[-1] * grad.itemsize if grad.shape else grad.itemsize
-    indirect_copy(ctx, index=1, count=max(1, index.numel), slice_bytes=row, scatter=True)
-
-
-@lowering("aten::nll_loss_forward", "aten::nll_loss2d_forward")
-def _nll_loss(ctx: OpContext) -> None:
-    logp, target = ctx.inputs[0], ctx.inputs[1]
-    picked = indirect_copy(ctx, index=1, count=max(1, target.numel), slice_bytes=logp.itemsize, table=0)
-    parts = min(ctx.target.partitions, max(1, target.numel))
-    red = ctx.b.compute("vector", "tensor_reduce", free_size=ceil(target.numel / parts), partitions=parts,
-                        dtype=logp.dtype, deps=(picked,), alu="add")
-    for k, o in enumerate(ctx.outputs):
-        if o.numel and ctx.out_to_hbm[k]:
-            ctx.b.dma(o.nbytes, src="sbuf", dst="hbm", partitions=1, deps=(red,))
-    ctx.set_ready(0, (red,))
-
-
-@lowering("aten::nll_loss_backward", "aten::nll_loss2d_backward")
-def _nll_loss_backward(ctx: OpContext) -> None:
-    out, target = ctx.outputs[0], ctx.inputs[2]
-    zero = _zero_fill(ctx, out)
-    scat = indirect_copy(ctx, index=2, count=max(1, target.numel), slice_bytes=out.itemsize, scatter=True)
-    ctx.set_ready(0, (zero, scat))
+    indirect_copy(ctx, index=1, count=max(1, index.numel), slice_bytes=row, scatter=True, after=(zero,))
 
 
 @lowering("aten::arange", "aten::linspace", "aten::iota")
@@ -133,3 +113,52 @@ def _scan(ctx: OpContext) -> None:
     # tensor_tensor_scan streams the row once with a carried accumulator: costed as 2N on VectorE.
     elementwise(ctx, lambda free, dtype, full, _c: [Stage("vector", "tensor_tensor", free, dtype=dtype,
                                                           attrs={"alu": "scan"})])
+
+
+@lowering("aten::_embedding_bag", "aten::_embedding_bag_forward_only")
+def _embedding_bag(ctx: OpContext) -> None:
+    """Gather every indexed row, then reduce each bag's rows on VectorE (bags on partitions)."""
+    weight, indices, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    dim = weight.shape[-1] if weight.shape else 1
+    rows = indirect_copy(ctx, index=1, count=max(1, indices.numel), slice_bytes=dim * weight.itemsize, table=0)
+    bags = max(1, out.numel // dim)
+    parts = min(ctx.target.partitions, bags)
+    per_bag = ceil(indices.numel / bags)
+    alu = "max" if int(ctx.attrs.get("mode", 0) or 0) == 2 else "add"
+    red = ctx.b.compute("vector", "tensor_reduce", free_size=per_bag * dim, partitions=parts, dtype=weight.dtype,
+                        deps=(rows,), repeat=ceil(bags / parts), out_free=dim, alu=alu, flops=per_bag * dim)
+    if ctx.out_to_hbm[0]:
+        ctx.b.dma(out.nbytes, src="sbuf", dst="hbm", partitions=parts, row_bytes=dim * out.itemsize, deps=(red,))
+    ctx.set_ready(0, (red,))
+    # offset2bag, bag sizes, max indices: index bookkeeping from the offsets on GpSimdE
+    book = [(k, o) for k, o in enumerate(ctx.outputs) if k and o.numel]
+    if book:
+        gen = ctx.b.compute("gpsimd", "iota", free_size=ceil(max(o.numel for _, o in book) / parts),
+                            partitions=parts, dtype="int32", repeat=len(book))
+        for k, o in book:
+            if ctx.out_to_hbm[k]:
+                ctx.b.dma(o.nbytes, src="sbuf", dst="hbm", partitions=min(parts, o.numel), row_bytes=o.itemsize,
+                          deps=(gen,))
+            ctx.set_ready(k, (gen,))
+
+
+@lowering("aten::index_fill", "aten::index_fill_")
+def _index_fill(ctx: OpContext) -> None:
+    """Out of place: copy self; then a memset tile written to every indexed slice."""
+    self_t, index = ctx.inputs[0], ctx.inputs[1]
+    dim = int(ctx.attrs.get("dim", 0) or 0)
+    if not ctx.record.name.endswith("_"):
+        ctx.b.dma(self_t.nbytes, src="hbm", dst="hbm", row_bytes=self_t.nbytes, deps=ctx.ready_deps(0))
+    fill = zero_fill(ctx, self_t, nbytes=self_t.itemsize)
+    ids = indirect_copy(ctx, index=1, count=max(1, index.numel), slice_bytes=_slice_bytes(self_t, dim),
+                        after=(fill,))
+    ctx.set_ready(0, (ids,))
+
+
+@lowering("aten::max_unpool2d", "aten::max_unpool3d")
+def _max_unpool(ctx: OpContext) -> None:
+    """zeros(output), then every value scattered to its recorded index (one element per descriptor)."""
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    zero = zero_fill(ctx, out)
+    ctx.set_ready(0, (indirect_copy(ctx, index=1, count=max(1, x.numel), slice_bytes=x.itemsize,
+                                    after=(zero,)),))

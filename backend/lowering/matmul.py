@@ -8,14 +8,26 @@ input window with a shifted access pattern, so the input crosses HBM once, not k
 """
 from __future__ import annotations
 
-from math import prod
+from math import ceil, prod
 
 from backend.lowering.builder import OpContext
 from backend.lowering.gemm import GemmShape, emit_gemm, plan_gemm
 from backend.lowering.registry import lowering
 from backend.sim.descriptors import TensorDesc
+from backend.sim.flops import is_matmul_like
 
-__all__ = ["k_contiguous", "gemm"]
+__all__ = ["k_contiguous", "gemm", "tensor_engine_dtype"]
+
+AUTOCAST_DTYPES = ("bfloat16",)
+
+
+def tensor_engine_dtype(ctx: OpContext, dtype: str) -> str:
+    """The dtype TensorE multiplies in: the device's hardware numerics mark fp32 matmul-like ops
+    ``autocast="bfloat16"`` (as the Neuron compiler auto-casts them), so they run at the bf16 rate."""
+    cast = ctx.attrs.get("autocast")
+    if dtype == "float32" and cast in AUTOCAST_DTYPES and is_matmul_like(ctx.record.name):
+        return cast
+    return dtype
 
 
 def k_contiguous(t: TensorDesc, k_dim: int) -> bool:
@@ -39,7 +51,10 @@ def gemm(ctx: OpContext, *, batch: int, m: int, k: int, n: int, a: int, b: int, 
     bias_kind = "none"
     if bias is not None and ctx.attrs.get("beta", 1) != 0 and ctx.inputs[bias].numel:
         bias_kind = "row" if ctx.inputs[bias].numel <= n else "full"
-    shape = GemmShape(batch=batch, m=m, k=k, n=n, dtype=ctx.inputs[a].dtype, out_dtype=out_desc.dtype,
+    in_dtype = ctx.inputs[a].dtype
+    dtype = tensor_engine_dtype(ctx, in_dtype)
+    shape = GemmShape(batch=batch, m=m, k=k, n=n, dtype=dtype, out_dtype=out_desc.dtype,
+                      load_dtype=in_dtype if dtype != in_dtype else None,
                       a_transposed=a_transposed, b_transposed=b_transposed, bias=bias_kind,
                       bias_dtype=ctx.inputs[bias].dtype if bias is not None else "float32", **extra)
     emit_gemm(ctx, shape, plan_gemm(shape, ctx.target), a, b, bias if bias_kind != "none" else None, out)
@@ -135,3 +150,55 @@ def _convolution_backward(ctx: OpContext) -> None:
         # grad_bias: a column sum of grad_out, one ones-vector matmul per 128 x 512 tile.
         gemm(ctx, batch=1, m=1, k=out_pixels, n=grad_out.shape[1], a=0, b=0, a_transposed=False,
              b_transposed=True, out=2)
+
+
+@lowering("aten::_cdist_forward", "aten::_cdist_backward")
+def _cdist(ctx: OpContext) -> None:
+    """Pairwise p-norm distances. p = 2 on TensorE: |x|^2 + |y|^2 - 2 x.y with the Gram matrix a GEMM
+    and the norms, combine and sqrt finished on chip before the store; backward likewise,
+    grad_x1 = x1 * rowsum(G) - G @ x2 with G = grad / dist. Other p have no matmul form: VectorE
+    subtracts each x2 row from a tile of x1 rows and reduces |d|^p along the feature axis."""
+    backward = ctx.record.name.endswith("backward")
+    x1, x2 = ctx.inputs[1:3] if backward else ctx.inputs[:2]
+    out, b = ctx.outputs[0], ctx.b
+    *lead, rows1, feat = x1.shape
+    rows2, batch = x2.shape[-2], prod(lead)
+    parts = min(ctx.target.partitions, max(1, rows1))
+    pair_free = ceil(batch * rows1 * rows2 / parts)
+    store = ctx.out_to_hbm[0]
+    if float(ctx.attrs.get("p", 2.0)) == 2.0:
+        ctx.out_to_hbm[0] = False           # the GEMM's output is finished on chip first
+        if backward:
+            gemm(ctx, batch=batch, m=rows1, k=rows2, n=feat, a=0, b=2, a_transposed=k_contiguous(ctx.inputs[0], -1),
+                 b_transposed=False)
+        else:
+            gemm(ctx, batch=batch, m=rows1, k=feat, n=rows2, a=0, b=1, a_transposed=k_contiguous(x1, -1),
+                 b_transposed=True)
+        ctx.out_to_hbm[0] = store
+        deps = ctx.out_ready[0] or ()
+        if backward:        # G = grad / dist and its row sums; x1 * rowsum - G @ x2
+            g = b.compute("vector", "tensor_tensor", free_size=pair_free, partitions=parts, n_inputs=2, deps=deps,
+                          alu="divide", flops=pair_free)
+            g = b.compute("vector", "tensor_reduce", free_size=pair_free, partitions=parts, deps=(g,), alu="add")
+            last = b.compute("vector", "tensor_tensor", free_size=ceil(out.numel / parts), partitions=parts,
+                             n_inputs=2, deps=(g,), repeat=2, alu="subtract")
+        else:
+            sq = b.compute("scalar", "activation_reduce", free_size=feat, partitions=parts, deps=deps,
+                           repeat=ceil(batch * (rows1 + rows2) / parts), func="square")
+            add = b.compute("vector", "tensor_tensor", free_size=pair_free, partitions=parts, n_inputs=2,
+                            deps=(sq,), repeat=2, alu="add", flops=pair_free)
+            last = b.compute("scalar", "activation", free_size=pair_free, partitions=parts, deps=(add,), func="sqrt")
+    else:
+        loads = [ctx.ready_deps(i) or (b.dma(t.nbytes, src="hbm", dst="sbuf", partitions=parts,
+                                             row_bytes=feat * t.itemsize),)
+                 for i, t in enumerate(ctx.inputs) if t.numel]
+        tiles = batch * ceil(rows1 / parts) * rows2
+        sub = b.compute("vector", "tensor_tensor", free_size=feat, partitions=parts, n_inputs=2,
+                        deps=tuple(d for ids in loads for d in ids), repeat=tiles * (2 if backward else 1),
+                        alu="subtract", flops=feat)
+        last = b.compute("vector", "tensor_reduce", free_size=feat, partitions=parts, deps=(sub,), repeat=tiles,
+                         out_free=1, alu="pow", flops=feat)
+    if store:
+        b.dma(out.nbytes, src="sbuf", dst="hbm", partitions=parts, deps=(last,),
+              row_bytes=max(1, out.nbytes // max(1, batch * rows1)))
+    ctx.set_ready(0, (last,))

@@ -15,7 +15,7 @@ from math import ceil, prod
 from backend.lowering.builder import OpContext
 from backend.lowering.matmul import gemm
 from backend.lowering.registry import lowering
-from backend.lowering.stream import Stage, TileIO, stream
+from backend.lowering.stream import TileIO, act, stream, vec
 from backend.sim.descriptors import TensorDesc
 
 __all__ = ["row_pipeline", "reduced_dims"]
@@ -71,14 +71,6 @@ def _rows_width(t: TensorDesc, dim: int = -1) -> tuple[int, int]:
     return max(1, t.numel // max(1, width)), max(1, width)
 
 
-def _vec(opcode, free, dtype, n_inputs=1, count=1, **attrs):
-    return Stage("vector", opcode, free, count=count, dtype=dtype, n_inputs=n_inputs, flops=free, attrs=attrs)
-
-
-def _act(free, dtype, func, opcode="activation"):
-    return Stage("scalar", opcode, free, dtype=dtype, flops=4 * free, attrs={"func": func})
-
-
 @lowering("aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::prod",
           "aten::argmax", "aten::argmin", "aten::any", "aten::all", "aten::var", "aten::std",
           "aten::var_mean", "aten::std_mean", "aten::norm", "aten::linalg_vector_norm", "aten::logsumexp",
@@ -107,11 +99,25 @@ def _reduce(ctx: OpContext) -> None:
     if rows == 1 and width > ctx.target.partitions:
         # a full reduction: spread over partitions, reduce per partition, then across on TensorE
         rows, width = ctx.target.partitions, ceil(width / ctx.target.partitions)
-    extra = ([_vec("tensor_tensor", width, x.dtype, 2, alu="subtract")] if name in ("var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm") else [])
+    extra = ([vec("tensor_tensor", width, x.dtype, 2, alu="subtract")] if name in ("var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm") else [])
     if name == "logsumexp":
-        extra = [_act(width, x.dtype, "exp", "activation_reduce")]
-    stages = [_vec("tensor_reduce", width, x.dtype, alu=alu), *extra]
+        extra = [act(width, x.dtype, "exp", opcode="activation_reduce")]
+    stages = [vec("tensor_reduce", width, x.dtype, alu=alu), *extra]
     row_pipeline(ctx, rows, width, stages, row_outputs=(), small_outputs=tuple(range(len(ctx.outputs))))
+
+
+@lowering("aten::trace")
+def _trace(ctx: OpContext) -> None:
+    """The diagonal gathered by one DMA (one element per descriptor), summed on VectorE."""
+    x = ctx.inputs[0]
+    n = min(x.shape) if x.shape else 1
+    load = ctx.ready_deps(0) or (ctx.b.dma(n * x.itemsize, src="hbm", dst="sbuf", partitions=1,
+                                           row_bytes=x.itemsize),)
+    red = ctx.b.compute("vector", "tensor_reduce", free_size=n, partitions=1, dtype=x.dtype, deps=load,
+                        out_free=1, flops=n, alu="add")
+    if ctx.out_to_hbm[0]:
+        ctx.b.dma(ctx.outputs[0].nbytes, src="sbuf", dst="hbm", partitions=1, deps=(red,))
+    ctx.set_ready(0, (red,))
 
 
 @lowering("aten::_softmax", "aten::_log_softmax", "aten::softmax", "aten::log_softmax", "aten::_safe_softmax")
@@ -119,10 +125,10 @@ def _softmax(ctx: OpContext) -> None:
     x = ctx.inputs[0]
     rows, width = _rows_width(x, ctx.attrs.get("dim", -1))
     dtype = x.dtype
-    stages = [_vec("tensor_reduce", width, dtype, alu="max"),            # row max
-              _act(width, dtype, "exp", "activation_reduce"),           # exp(x - max) and its row sum
-              _vec("reciprocal", 1, "float32"),                         # 1 / sum
-              _vec("tensor_scalar", width, dtype, alu="multiply")]      # normalise
+    stages = [vec("tensor_reduce", width, dtype, alu="max"),            # row max
+              act(width, dtype, "exp", opcode="activation_reduce"),           # exp(x - max) and its row sum
+              vec("reciprocal", 1, "float32"),                         # 1 / sum
+              vec("tensor_scalar", width, dtype, alu="multiply")]      # normalise
     row_pipeline(ctx, rows, width, stages, two_pass=True)
 
 
@@ -130,18 +136,18 @@ def _softmax(ctx: OpContext) -> None:
 def _softmax_backward(ctx: OpContext) -> None:
     g = ctx.inputs[0]
     rows, width = _rows_width(g, ctx.attrs.get("dim", -1))
-    stages = [_vec("tensor_tensor", width, g.dtype, 2, alu="multiply"),  # g * y
-              _vec("tensor_reduce", width, g.dtype, alu="add"),          # sum(g * y)
-              _vec("tensor_tensor", width, g.dtype, 2, alu="subtract"),  # g - sum
-              _vec("tensor_tensor", width, g.dtype, 2, alu="multiply")]  # * y
+    stages = [vec("tensor_tensor", width, g.dtype, 2, alu="multiply"),  # g * y
+              vec("tensor_reduce", width, g.dtype, alu="add"),          # sum(g * y)
+              vec("tensor_tensor", width, g.dtype, 2, alu="subtract"),  # g - sum
+              vec("tensor_tensor", width, g.dtype, 2, alu="multiply")]  # * y
     row_pipeline(ctx, rows, width, stages, row_inputs=(0, 1), two_pass=True)
 
 
 def _norm_stats(width: int, dtype: str) -> list:
     chunks = ceil(width / BN_STATS_FMAX)
-    return [_vec("bn_stats", min(width, BN_STATS_FMAX), dtype, count=chunks),
-            _vec("bn_aggr", 6 * chunks, "float32"),
-            _vec("tensor_scalar", 1, "float32", alu="rsqrt")]           # rstd = (var + eps)^-1/2
+    return [vec("bn_stats", min(width, BN_STATS_FMAX), dtype, count=chunks),
+            vec("bn_aggr", 6 * chunks, "float32"),
+            vec("tensor_scalar", 1, "float32", alu="rsqrt")]           # rstd = (var + eps)^-1/2
 
 
 @lowering("aten::native_layer_norm", "aten::layer_norm")
@@ -151,8 +157,8 @@ def _layer_norm(ctx: OpContext) -> None:
     rows = max(1, x.numel // width)
     affine = sum(1 for t in ctx.inputs[1:] if t.numel)
     stages = [*_norm_stats(width, x.dtype),
-              _act(width, x.dtype, "identity"),                         # (x - mean) * rstd on ScalarE
-              *[_vec("tensor_tensor", width, x.dtype, 2, alu=a) for a in ("multiply", "add")[:affine]]]
+              act(width, x.dtype, "identity"),                         # (x - mean) * rstd on ScalarE
+              *[vec("tensor_tensor", width, x.dtype, 2, alu=a) for a in ("multiply", "add")[:affine]]]
     row_pipeline(ctx, rows, width, stages, once_inputs=tuple(range(1, len(ctx.inputs))),
                  small_outputs=(1, 2), two_pass=True)
 
@@ -162,9 +168,9 @@ def _rms_norm(ctx: OpContext) -> None:
     x = ctx.inputs[0]
     width = x.shape[-1] if x.shape else 1
     rows = max(1, x.numel // width)
-    stages = [_act(width, x.dtype, "square", "activation_reduce"),     # sum of squares
-              _vec("tensor_scalar", 1, "float32", alu="rsqrt"),
-              _vec("tensor_tensor", width, x.dtype, 2, alu="multiply")]  # x * rstd * weight
+    stages = [act(width, x.dtype, "square", opcode="activation_reduce"),     # sum of squares
+              vec("tensor_scalar", 1, "float32", alu="rsqrt"),
+              vec("tensor_tensor", width, x.dtype, 2, alu="multiply")]  # x * rstd * weight
     row_pipeline(ctx, rows, width, stages, once_inputs=tuple(range(1, len(ctx.inputs))), small_outputs=(1,),
                  two_pass=True)
 
@@ -180,7 +186,7 @@ def _batch_group_norm(ctx: OpContext) -> None:
     else:
         rows = x.shape[1] if len(x.shape) > 1 else 1
     width = max(1, x.numel // max(1, rows))
-    stages = [*_norm_stats(width, x.dtype), _act(width, x.dtype, "identity")]
+    stages = [*_norm_stats(width, x.dtype), act(width, x.dtype, "identity")]
     row_pipeline(ctx, rows, width, stages, small_outputs=tuple(range(1, len(ctx.outputs))), two_pass=True)
 
 
@@ -194,12 +200,12 @@ def _norm_backward(ctx: OpContext) -> None:
         width = prod(ctx.attrs.get("normalized_shape", g.shape[-1:])) or 1
     rows = max(1, g.numel // width)
     dtype = g.dtype
-    stages = [_act(width, dtype, "identity"),                              # xhat = (x - mean) * rstd
-              _vec("tensor_tensor", width, dtype, 2, alu="multiply"),      # g * w
-              _vec("tensor_tensor", width, dtype, 2, alu="multiply"),      # g * w * xhat
-              _vec("tensor_reduce", width, dtype, count=2, alu="add"),     # the two row means
-              _vec("tensor_tensor", width, dtype, 2, count=2, alu="subtract"),
-              _act(width, dtype, "identity")]                              # * rstd
+    stages = [act(width, dtype, "identity"),                              # xhat = (x - mean) * rstd
+              vec("tensor_tensor", width, dtype, 2, alu="multiply"),      # g * w
+              vec("tensor_tensor", width, dtype, 2, alu="multiply"),      # g * w * xhat
+              vec("tensor_reduce", width, dtype, count=2, alu="add"),     # the two row means
+              vec("tensor_tensor", width, dtype, 2, count=2, alu="subtract"),
+              act(width, dtype, "identity")]                              # * rstd
     row_pipeline(ctx, rows, width, stages, row_inputs=(0, 1), row_outputs=(0,),
                  once_inputs=tuple(i for i in range(2, len(ctx.inputs))), two_pass=True)
     mask = ctx.attrs.get("output_mask", (True, True, True))

@@ -8,16 +8,21 @@ any size costs the simulator a bounded number of entries while the pipeline keep
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import ceil
 
 from backend.lowering.builder import OpContext, itemsize, split_even
 from backend.sim.presets import NeuronConfig
 
-__all__ = ["Stage", "TileIO", "stream", "elementwise_tiling", "TILE_BYTES_PER_PARTITION", "MAX_GROUPS"]
+__all__ = ["Stage", "TileIO", "stream", "elementwise_tiling", "plane_stream", "plane_tiling", "vec", "act",
+           "TILE_BYTES_PER_PARTITION", "PLANE_BYTES_PER_PARTITION", "MAX_GROUPS"]
 
 # 8 KiB per partition per operand tile: past the >= 4 KiB DMA knee, small next to SBUF.
 TILE_BYTES_PER_PARTITION = 8 * 1024
+# Plane ops hold every operand's share of a plane at once; double-buffered that is 64 KiB of a
+# partition's ~190 KiB, leaving room for the engines' scratch.
+PLANE_BYTES_PER_PARTITION = 32 * 1024
 MAX_GROUPS = 8
 
 
@@ -37,6 +42,18 @@ class Stage:
     flops: int = 0                  # per instruction
     out_free: int | None = None
     attrs: dict = field(default_factory=dict)
+
+
+def vec(opcode: str, free: int, dtype: str, n_inputs: int = 1, *, count: int = 1, out_free: int | None = None,
+        **attrs) -> Stage:
+    """A VectorE stage; one FLOP per element streamed."""
+    return Stage("vector", opcode, free, count=count, dtype=dtype, n_inputs=n_inputs, flops=free, out_free=out_free,
+                 attrs=attrs)
+
+
+def act(free: int, dtype: str, func: str, *, count: int = 1, opcode: str = "activation") -> Stage:
+    """A ScalarE activation stage; a transcendental counts ~4 FLOPs per element."""
+    return Stage("scalar", opcode, free, count=count, dtype=dtype, flops=4 * free, attrs={"func": func})
 
 
 @dataclass(frozen=True)
@@ -112,3 +129,40 @@ def stream(ctx: OpContext, *, tiles: int, partitions: int, stages: list[Stage], 
     tile_bytes = sum(io.nbytes for io in per_tile) + sum(io.nbytes for io in stores)
     b.note_sbuf(bufs * tile_bytes + sum(io.nbytes for io in loads if io.once) + extra_sbuf_bytes)
     return last_stage
+
+
+def plane_tiling(ctx: OpContext, planes: int, loads: tuple, stores: tuple) -> tuple[int, int, Callable]:
+    """(tiles, partitions, free) for an op on whole planes (an image channel, a row).
+
+    Planes go to partitions; small planes are packed several to a partition (one instruction
+    then spans them all, as a multi-dim access pattern); a plane too big for its SBUF share is
+    cut into bands (the few halo rows a window needs at a band edge are not counted).
+    ``free(desc)`` is the elements of operand ``desc`` per partition per tile.
+    """
+    t = ctx.target
+    planes = max(1, planes)
+    ops = [ctx.inputs[i] for i in loads] + [ctx.outputs[k] for k in stores if k < len(ctx.outputs)]
+    plane_bytes = max(1, sum(ceil(d.numel / planes) * d.itemsize for d in ops))
+    bands = ceil(plane_bytes / PLANE_BYTES_PER_PARTITION)
+    pack = max(1, min(ceil(planes / t.partitions), PLANE_BYTES_PER_PARTITION // plane_bytes))
+    slots = ceil(planes / pack)
+    partitions = min(t.partitions, slots)
+    tiles = ceil(slots / partitions) * bands
+
+    def free(desc) -> int:
+        return max(1, ceil(desc.numel * pack / (planes * bands)))
+
+    return tiles, partitions, free
+
+
+def plane_stream(ctx: OpContext, planes: int, stages_for: Callable, *, loads: tuple = (0,), stores: tuple = (0,),
+                 extra_deps: tuple = ()) -> list[int]:
+    """Stream a plane op: ``stages_for(free)`` builds the stages from ``free(desc)`` sizes."""
+    tiles, parts, free = plane_tiling(ctx, planes, loads, stores)
+
+    def io(index: int, desc) -> TileIO:
+        return TileIO(index, parts * free(desc) * desc.itemsize, free(desc) * desc.itemsize, parts)
+
+    return stream(ctx, tiles=tiles, partitions=parts, stages=stages_for(free), extra_deps=extra_deps,
+                  loads=[io(i, ctx.inputs[i]) for i in loads if ctx.inputs[i].numel],
+                  stores=[io(k, ctx.outputs[k]) for k in stores if k < len(ctx.outputs) and ctx.outputs[k].numel])

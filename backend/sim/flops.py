@@ -17,7 +17,7 @@ from backend.sim.registry import Registry
 
 __all__ = [
     "flop_formula", "op_flops", "is_matmul_like", "op_min_bytes", "base_name",
-    "registered_flop_ops", "storage_bytes", "ELEMENTWISE_FLOPS_PER_ELEMENT",
+    "registered_flop_ops", "storage_bytes", "ELEMENTWISE_FLOPS_PER_ELEMENT", "pool_window", "spatial_rank",
 ]
 
 FlopFormula = Callable[[OpRecord], int]
@@ -102,6 +102,13 @@ def _addbmm_flops(record: OpRecord) -> int:
     # addbmm sums a batch of [M, K] @ [K, N] products into one [M, N].
     a, b = record.inputs[1], record.inputs[2]
     return 2 * a.numel * b.shape[-1]
+
+
+@flop_formula("aten::_cdist_forward", "aten::_cdist_backward", matmul=True)
+def _cdist_flops(record: OpRecord) -> int:
+    # x1 [.., P, M] against x2 [.., R, M]: one multiply-add per pair and feature (the p = 2 Gram GEMM)
+    x1, x2 = record.inputs[1:3] if record.name.endswith("backward") else record.inputs[:2]
+    return 2 * x1.numel * x2.shape[-2]
 
 
 # -- convolution -------------------------------------------------------------------------
@@ -207,6 +214,14 @@ ELEMENTWISE_FLOPS_PER_ELEMENT: dict[str, int] = {
                      "native_group_norm", "_fused_rms_norm", "rms_norm"), 5),
     **dict.fromkeys(("native_layer_norm_backward", "native_batch_norm_backward",
                      "native_group_norm_backward", "_fused_rms_norm_backward"), 8),
+    # pointwise losses and gated activations: the terms each element needs
+    **dict.fromkeys(("_prelu_kernel", "mse_loss_backward", "huber_loss_backward",
+                     "smooth_l1_loss_backward"), 3),
+    **dict.fromkeys(("huber_loss", "smooth_l1_loss", "_prelu_kernel_backward"), 4),
+    **dict.fromkeys(("glu", "log_sigmoid_forward", "log_sigmoid_backward", "soft_margin_loss",
+                     "soft_margin_loss_backward"), 5),
+    **dict.fromkeys(("binary_cross_entropy", "binary_cross_entropy_with_logits",
+                     "binary_cross_entropy_backward", "glu_backward"), 6),
 }
 
 
@@ -227,3 +242,70 @@ def _register_elementwise() -> None:
 
 
 _register_elementwise()
+
+
+# -- windows and selection ---------------------------------------------------------------
+def pool_window(attrs: dict, in_spatial: tuple, out_spatial: tuple, adaptive: bool = False) -> tuple[int, bool]:
+    """(elements per window, whether windows overlap or pad) of a pool over the trailing dims.
+
+    An adaptive window i spans [floor(i*In/Out), ceil((i+1)*In/Out)): the widest is
+    ceil(In/Out), one more when Out does not divide In (then neighbours share an element).
+    """
+    nd = len(out_spatial)
+
+    def per_dim(value, default: int) -> list[int]:
+        if value is None or value == [] or value == ():
+            return [default] * nd
+        value = [value] if isinstance(value, int) else list(value)
+        return value * nd if len(value) == 1 else value[-nd:]
+
+    if adaptive:
+        sizes = [(max(1, i), max(1, o)) for i, o in zip(in_spatial, out_spatial)]
+        return prod(-(-i // o) + (i % o != 0) for i, o in sizes), any(i % o for i, o in sizes)
+    kernel = per_dim(attrs.get("kernel_size"), 1)
+    stride = per_dim(attrs.get("stride") or kernel, 1)
+    padding = per_dim(attrs.get("padding"), 0)
+    return prod(kernel), any(s < k for s, k in zip(stride, kernel)) or any(padding)
+
+
+def spatial_rank(name: str) -> int:
+    """Spatial dims of a 1d/2d/3d op by its name (pools, pads, upsamples); 2 when unnamed."""
+    return 3 if "3d" in name else 1 if "1d" in name else 2
+
+
+@flop_formula("aten::max_pool2d_with_indices", "aten::max_pool3d_with_indices", "aten::adaptive_max_pool2d",
+              "aten::adaptive_max_pool3d", "aten::max_pool1d", "aten::max_pool2d", "aten::max_pool3d",
+              "aten::avg_pool2d", "aten::avg_pool3d", "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool3d",
+              "aten::avg_pool1d", "aten::adaptive_avg_pool3d", "aten::max_pool2d_with_indices_backward",
+              "aten::max_pool3d_with_indices_backward", "aten::adaptive_max_pool2d_backward",
+              "aten::adaptive_max_pool3d_backward", "aten::avg_pool2d_backward", "aten::avg_pool3d_backward",
+              "aten::_adaptive_avg_pool2d_backward", "aten::_adaptive_avg_pool3d_backward")
+def _pool_flops(record: OpRecord) -> int:
+    # one compare or add per window element of every pooled output
+    backward = record.name.endswith("_backward")
+    x = record.outputs[0] if backward else record.inputs[0]
+    pooled = record.inputs[0] if backward else record.outputs[0]
+    nd = min(spatial_rank(record.name), len(x.shape))
+    taps, _ = pool_window(record.attrs, x.shape[-nd:], pooled.shape[-nd:], "adaptive" in record.name)
+    return pooled.numel * taps
+
+
+def _sorted_dim(record: OpRecord) -> tuple[int, int]:
+    x = record.inputs[0]
+    dim = record.attrs.get("dim")
+    if not x.shape or (dim is None and "median" in record.name):
+        return 1, max(1, x.numel)
+    n = max(1, x.shape[int(-1 if dim is None else dim) % len(x.shape)])
+    return x.numel // n, n
+
+
+@flop_formula("aten::sort", "aten::argsort", "aten::msort")
+def _sort_flops(record: OpRecord) -> int:
+    rows, n = _sorted_dim(record)
+    return rows * n * max(1, (n - 1).bit_length())          # n log2 n compares per row
+
+
+@flop_formula("aten::topk", "aten::kthvalue", "aten::median", "aten::nanmedian")
+def _select_flops(record: OpRecord) -> int:
+    rows, n = _sorted_dim(record)
+    return rows * n                                         # selection: linear in the row

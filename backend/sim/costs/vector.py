@@ -65,3 +65,10 @@ def _bn_stats(instr: Instruction, target: NeuronConfig) -> float:
 @cost("vector", "bn_aggr")
 def _bn_aggr(instr: Instruction, target: NeuronConfig) -> float:
     return _ns(13 * instr.free_size / 3, instr, target)
+
+
+@cost("vector", "max8", "match_replace8")
+def _max8(instr: Instruction, target: NeuronConfig) -> float:
+    # max8: N cycles (ISA docstring); it compares in fp32, so 2-byte inputs are no faster.
+    # nc_match_replace8 publishes no cost: assumed one pass over N like max8.
+    return _ns(instr.free_size, instr, target)
