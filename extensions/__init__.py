@@ -6,6 +6,7 @@ Magics, each a thin layer over ``workbench``:
 - ``%%neuron_profile`` run a cell on a simulated device and show the dashboard (also
   ``--compare cpu,cuda,neuron``, ``--compile``, ``-o``)
 - ``%neuron_graphs``   the graphs ``torch.compile(backend="neuron")`` compiled in this session
+- ``%neuron_migrate``  what moving a model from a GPU to Trainium would take (``wb.migration_report``)
 
 A new magic is a ``Magics`` class added to ``MAGICS``; loading registers every class there and
 unloading removes exactly the names they registered.
@@ -16,13 +17,14 @@ import logging
 
 from extensions.device_magics import DeviceMagics
 from extensions.graph_magics import GraphMagics
+from extensions.migrate_magics import MigrateMagics
 from extensions.profile_magics import ProfileMagics
 
 __all__ = ["MAGICS", "load_ipython_extension", "unload_ipython_extension"]
 
 log = logging.getLogger(__name__)
 
-MAGICS = (DeviceMagics, ProfileMagics, GraphMagics)
+MAGICS = (DeviceMagics, ProfileMagics, GraphMagics, MigrateMagics)
 
 
 def load_ipython_extension(ipython) -> None:
