@@ -6,12 +6,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: lab test test-fast bench fidelity clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU build of torch first, so the package's torch requirement is already met.
 	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[dev]"
+	# compat mode puts the checkout on sys.path, so packages added later import without a reinstall.
+	$(PY) -m pip install -q -e ".[dev]" --config-settings editable_mode=compat
 	touch $(STAMP)
 
 # The quickstart's first cell loads the magics (%load_ext workbench). Root (containers) needs --allow-root.
