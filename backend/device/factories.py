@@ -77,7 +77,26 @@ def _host_factory(overload):
 
 # Composite ops that pick fused kernels PyTorch ships only for CUDA (_thnn_fused_*_cell) as
 # soon as the input is on an accelerator; run PyTorch's own decompositions instead.
-DECOMPOSED_ON_DEVICE = ("lstm.input", "lstm.data", "gru.input", "gru.data")
+DECOMPOSED_ON_DEVICE = ("lstm.input", "lstm.data", "gru.input", "gru.data",
+                        "rnn_tanh.input", "rnn_tanh.data", "rnn_relu.input", "rnn_relu.data")
+
+
+def _lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    # The textbook LSTM cell (what _thnn_fused_lstm_cell computes on CUDA), in aten ops.
+    h, c = hx
+    gates = torch.nn.functional.linear(input, w_ih, b_ih) + torch.nn.functional.linear(h, w_hh, b_hh)
+    in_gate, forget_gate, cell_gate, out_gate = gates.chunk(4, 1)
+    cy = forget_gate.sigmoid() * c + in_gate.sigmoid() * cell_gate.tanh()
+    return out_gate.sigmoid() * cy.tanh(), cy
+
+
+def _gru_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    # The textbook GRU cell (what _thnn_fused_gru_cell computes on CUDA), in aten ops.
+    i_r, i_z, i_n = torch.nn.functional.linear(input, w_ih, b_ih).chunk(3, 1)
+    h_r, h_z, h_n = torch.nn.functional.linear(hx, w_hh, b_hh).chunk(3, 1)
+    reset, update = (i_r + h_r).sigmoid(), (i_z + h_z).sigmoid()
+    new = (i_n + reset * h_n).tanh()
+    return new + update * (hx - new)
 
 
 def _register_decomposed(lib, dispatch_key: str) -> None:
@@ -87,6 +106,8 @@ def _register_decomposed(lib, dispatch_key: str) -> None:
     for name in DECOMPOSED_ON_DEVICE:
         packet, _, overload = name.partition(".")
         lib.impl(name, decomposition_table[getattr(getattr(torch.ops.aten, packet), overload)], autograd_key)
+    lib.impl("lstm_cell", _lstm_cell, autograd_key)
+    lib.impl("gru_cell", _gru_cell, autograd_key)
 
 
 def register_factories(dispatch_key: str) -> None:

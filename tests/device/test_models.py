@@ -31,6 +31,18 @@ class RNNHead(nn.Module):
         return self.out(self.rnn(x)[0][:, -1])
 
 
+class CellHead(nn.Module):
+    def __init__(self, cell):
+        super().__init__()
+        self.cell = cell(8, 16)
+        self.out = nn.Linear(16, 3)
+
+    def forward(self, x):
+        state = self.cell(x)
+        state = self.cell(x, state)   # second step feeds the state back
+        return self.out(state[0] if isinstance(state, tuple) else state)
+
+
 MODELS = {
     "mlp": (lambda: nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 10)), lambda: torch.randn(8, 20)),
     "cnn": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
@@ -39,6 +51,9 @@ MODELS = {
     "transformer": (TinyTransformer, lambda: torch.randint(0, 50, (2, 16))),
     "lstm": (lambda: RNNHead(nn.LSTM), lambda: torch.randn(3, 7, 8)),
     "gru": (lambda: RNNHead(nn.GRU), lambda: torch.randn(3, 7, 8)),
+    "rnn_tanh": (lambda: RNNHead(nn.RNN), lambda: torch.randn(3, 7, 8)),
+    "lstm_cell": (lambda: CellHead(nn.LSTMCell), lambda: torch.randn(5, 8)),
+    "gru_cell": (lambda: CellHead(nn.GRUCell), lambda: torch.randn(5, 8)),
     "embedding_bag": (lambda: nn.Sequential(nn.Embedding(100, 16), nn.Flatten(), nn.Linear(16 * 5, 2)),
                       lambda: torch.randint(0, 100, (4, 5))),
 }
