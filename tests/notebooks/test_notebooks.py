@@ -23,7 +23,7 @@ FACTS = {
     "01_quickstart.ipynb": (["simulated trn2 NeuronCore", "max |neuron - cpu| = 0.0", "neuron trn2", "cuda h100",
                              "Profile: neuron trn2", "cpu False"], [WIDGET, PLOTLY]),
     "02_eager_vs_compiled.ipynb": (["compiled / eager", "FX code of", "addmm,gelu"], [WIDGET, PLOTLY]),
-    "03_cuda_to_neuron.ipynb": (["emulated h100 GPU", "redirected to the neuron device", "aten::topk",
+    "03_cuda_to_neuron.ipynb": (["emulated h100 GPU", "redirected to the neuron device", "aten::nonzero",
                                  "NeuronCore vs CPU:     max |diff| = 0.0", "top-5 classes agree"], [WIDGET]),
     "04_transformer_anatomy.ipynb": (["ridge point", "aten::bmm", "seq 512 (%)"], [WIDGET, PLOTLY]),
     "05_hardware_what_ifs.ipynb": (["neuron trn1", "neuron trn3", "cuda h100", "2x HBM + DMA",
