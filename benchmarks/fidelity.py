@@ -83,6 +83,17 @@ def gpt2_sim_wall_s(target: str = "trn2") -> tuple[float, int, float]:
     return time.perf_counter() - start, len(records), trace.total_time_ns / 1e6
 
 
+def sim_scaling(steps=(1, 2, 4), target: str = "trn2") -> list[tuple[int, int, float]]:
+    """(steps, ops, wall s) simulating 1, 2, 4 back-to-back GPT-2 steps: cost must grow linearly."""
+    records = gpt2_training_step()
+    rows = []
+    for n in steps:
+        start = time.perf_counter()
+        simulate(records * n, target)
+        rows.append((n, len(records) * n, time.perf_counter() - start))
+    return rows
+
+
 def main() -> None:
     mm_ns, mm_peak = matmul_case()
     print("case                                         predicted      published   ratio")
@@ -97,6 +108,10 @@ def main() -> None:
     wall, ops, sim_ms = gpt2_sim_wall_s()
     print(f"GPT-2 small training step on trn2: {ops} eager ops simulated in {wall:.2f} s wall "
           f"({sim_ms:.1f} ms simulated)")
+    rows = sim_scaling()
+    per_op = [wall / ops * 1e6 for _, ops, wall in rows]
+    print("simulator cost vs work: " + ", ".join(f"{n} step(s) {ops} ops {wall:.2f} s" for n, ops, wall in rows)
+          + f"; us per op {per_op[0]:.0f} -> {per_op[-1]:.0f} ({per_op[-1] / per_op[0]:.2f}x, 1.00x = linear)")
 
 
 if __name__ == "__main__":
