@@ -4,7 +4,8 @@ Importing the package registers every op lowering; ``lower`` handles one eager o
 ``lower_kernel`` a fused group, ``EagerSession`` / ``simulate`` run op streams.
 """
 from backend.lowering import (  # noqa: F401  (importing registers the lowerings)
-    attention, data, elementwise, foreach, indexing, layout, losses, matmul, pooling, reductions, resample, sorting,
+    attention, conv, data, elementwise, foreach, indexing, layout, losses, matmul, pooling, reductions, resample,
+    sorting,
 )
 from backend.lowering.eager import lower
 from backend.sim.flops import is_matmul_like, op_flops, op_min_bytes

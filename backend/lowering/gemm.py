@@ -44,10 +44,15 @@ class GemmShape:
     out_dtype: str
     a_transposed: bool = False      # A stored K-contiguous: needs TensorE transposes
     b_transposed: bool = False      # B stored K-contiguous ([N, K]): needs TensorE transposes
-    bias: str = "none"              # "none", "row" (bias[N] broadcast) or "full" (beta * C[M, N])
+    bias: str = "none"              # "none", "row" (bias[N] broadcast), "partition" (bias[M]) or "full" (beta * C)
     bias_dtype: str = "float32"
     k_tile: int = 0                 # K chunk per matmul when K is structured (conv: channels per tap)
-    b_reuse: int = 1                # B's HBM bytes are K*N*itemsize / b_reuse (conv: taps reuse input)
+    b_reuse: int = 1                # B's SBUF bytes are K*N*itemsize / b_reuse (conv: taps reuse input)
+    b_copies: float = 1.0           # B is loaded as b_copies replicas of what crosses HBM (conv:
+                                    # input copies shifted to stack taps on partitions)
+    a_blocks: int = 1               # A is block-diagonal (grouped conv): 1/a_blocks of it crosses HBM
+    min_blocks: int = 1             # split N into at least this many SBUF blocks, so loads, matmuls and
+                                    # stores of different blocks overlap (conv tries both)
     load_dtype: str | None = None   # A and B in HBM when the load DMA casts them to ``dtype`` (auto-cast)
 
 
@@ -113,14 +118,16 @@ def plan_gemm(shape: GemmShape, target: NeuronConfig) -> GemmPlan:
                        attrs={"psum_input": True})
     dma_rate = target.dma_bytes_per_s
     first_share = 1.0 if target.vector_scalar_share_psum else 0.5
-    a_total, b_total = shape.m * shape.k * s_hbm, shape.k * shape.n * s_hbm // shape.b_reuse
+    a_total, b_total = shape.m * shape.k * s_hbm // shape.a_blocks, shape.k * shape.n * s_hbm // shape.b_reuse
     out_total = shape.m * shape.n * s_out
     matmuls = shape.batch * m_tiles * k_tiles * n_tiles
     best = None
-    for bm in _pow2_upto(m_tiles):
-        for bn in _pow2_upto(n_tiles):
-            for bk in [k_tiles] + [v for v in _pow2_upto(k_tiles) if v < k_tiles][::-1]:
-                n_mb, n_nb, n_kb = ceil(m_tiles / bm), ceil(n_tiles / bn), ceil(k_tiles / bk)
+    for bm_max in _pow2_upto(m_tiles):
+        for bn_max in _pow2_upto(n_tiles):
+            for bk_max in [k_tiles] + [v for v in _pow2_upto(k_tiles) if v < k_tiles][::-1]:
+                n_mb, n_nb, n_kb = ceil(m_tiles / bm_max), ceil(n_tiles / bn_max), ceil(k_tiles / bk_max)
+                # Even blocks: every block is emitted full, so 49 tiles in blocks of 32 would run 64.
+                bm, bn, bk = ceil(m_tiles / n_mb), ceil(n_tiles / n_nb), ceil(k_tiles / n_kb)
                 a_blk, b_blk = bk * tk * bm * tm * s, bk * tk * bn * tn * s // shape.b_reuse
                 out_blk = bm * tm * bn * tn
                 footprint = (2 * (a_blk + b_blk) + a_blk * shape.a_transposed + b_blk * shape.b_transposed
@@ -140,7 +147,7 @@ def plan_gemm(shape: GemmShape, target: NeuronConfig) -> GemmPlan:
                     # port); K-block accumulations are VectorE adds.
                     evac = shape.batch * m_tiles * n_tiles * (n_kb - 1 + first_share) * evac_ns
                     est = max(tensor, traffic / dma_rate * 1e9, evac)
-                    key = (est, traffic, n_kb, -bm * bn)
+                    key = (max(0, shape.min_blocks - shape.batch * n_nb), est, traffic, n_kb, -bm * bn)
                     if best is None or key < best[0]:
                         best = (key, GemmPlan(tm, tk, tn, m_tiles, k_tiles, n_tiles, bm, bk, bn, m_outer,
                                               int(traffic), int(footprint), est))
@@ -163,6 +170,13 @@ def emit_gemm(ctx: OpContext, shape: GemmShape, plan: GemmPlan, a: int, b: int, 
         row = tn * plan.bn * itemsize(shape.bias_dtype)
         bias_ids = ctx.ready_deps(bias) or (bld.dma(t.partitions * row, src="hbm", dst="sbuf", row_bytes=row,
                                                     src_bytes=shape.n * itemsize(shape.bias_dtype)),)
+    elif bias is not None and shape.bias == "partition":
+        # One value per output partition: the first evacuation adds it at no extra cost (ScalarE
+        # activation's bias operand, VectorE tensor_scalar).
+        size = itemsize(shape.bias_dtype)
+        bias_ids = ctx.ready_deps(bias) or (bld.dma(shape.batch * shape.m * size, src="hbm", dst="sbuf",
+                                                    partitions=min(tm, t.partitions), row_bytes=size),)
+    row_bias = bool(bias_ids) and shape.bias == "row"
     blocks = shape.batch * n_mb * n_nb
     outer_n, inner_n = (n_mb, n_nb) if plan.m_outer else (n_nb, n_mb)
 
@@ -190,10 +204,11 @@ def emit_gemm(ctx: OpContext, shape: GemmShape, plan: GemmPlan, a: int, b: int, 
         last_evacs: list[int] = []
         for kg, kr in enumerate(k_groups):
             war = (step_hist[-2],) if len(step_hist) >= 2 else ()
-            a_ids = _load_operand(ctx, a, a_loads * kr, a_blk_bytes, cast, a_rows, a_row, shape.a_transposed,
-                                  plan.bm * plan.bk, tm, tk, shape.dtype, war, ready_a)
+            a_ids = _load_operand(ctx, a, a_loads * kr, a_blk_bytes // shape.a_blocks, cast, a_rows, a_row,
+                                  shape.a_transposed, plan.bm * plan.bk, tm, tk, shape.dtype, war, ready_a)
             b_ids = _load_operand(ctx, b, b_loads * kr, b_blk_bytes, cast, b_rows, b_row, shape.b_transposed,
-                                  plan.bn * plan.bk * ceil(tn / tk), tk, tk, shape.dtype, war, ready_b)
+                                  plan.bn * plan.bk * ceil(tn / tk), tk, tk, shape.dtype, war, ready_b,
+                                  shape.b_copies)
             if a_ids:
                 ready_a_step = a_ids
             if b_ids:
@@ -213,9 +228,9 @@ def emit_gemm(ctx: OpContext, shape: GemmShape, plan: GemmPlan, a: int, b: int, 
                 if last and len(store_hist) >= 2:
                     deps.append(store_hist[-2])
                 accumulate = n_kb > 1 and not first
-                engine = "vector" if (accumulate or bias_ids or j % 2 == 0) else "scalar"
-                opcode = "tensor_tensor" if (accumulate or bias_ids) else (
-                    "tensor_copy" if engine == "vector" else "activation")
+                engine = "vector" if (accumulate or row_bias or j % 2 == 0) else "scalar"
+                opcode = "tensor_tensor" if (accumulate or row_bias) else (
+                    ("tensor_scalar" if bias_ids else "tensor_copy") if engine == "vector" else "activation")
                 ev = bld.compute(engine, opcode, free_size=tn, partitions=tm, dtype="float32",
                                  out_dtype=shape.out_dtype if last else "float32", src="psum",
                                  n_inputs=1, deps=deps, repeat=r * kr * tiles, psum_input=True, alu="add")
@@ -237,19 +252,23 @@ def emit_gemm(ctx: OpContext, shape: GemmShape, plan: GemmPlan, a: int, b: int, 
 
 def _load_operand(ctx: OpContext, index: int, loads: int, block_bytes: int, cast: float, rows: int, row_bytes: int,
                   transposed: bool, blocks: int, part: int, free: int, dtype: str, war: tuple,
-                  ready: tuple) -> tuple:
+                  ready: tuple, copies: float = 1.0) -> tuple:
     """DMA one operand block into SBUF (unless resident) and transpose it on TensorE if needed.
 
     ``cast`` is HBM bytes per SBUF byte: an auto-cast fp32 operand is read at 4 bytes and lands
-    in SBUF at 2 (the DMA engine converts on the fly)."""
+    in SBUF at 2 (the DMA engine converts on the fly). A block of ``copies`` replicas is one
+    broadcast load: the engines write every replica, the source is read once."""
     if loads == 0:
         return ()
     bld, t = ctx.b, ctx.target
     if ready:
         ids = ready
+        if copies > 1:          # resident already: replicate it SBUF to SBUF
+            ids = (bld.dma(int(block_bytes * (1 - 1 / copies)), src="sbuf", dst="sbuf",
+                           partitions=min(rows, t.partitions), row_bytes=row_bytes, deps=ids, repeat=loads),)
     else:
         # K-contiguous operands arrive row-wise (rows of the non-K dim), others K-row-wise.
-        hbm_bytes = int(block_bytes * cast)
+        hbm_bytes = int(block_bytes / copies * cast)
         ids = (bld.dma(max(hbm_bytes, block_bytes), src="hbm", dst="sbuf", partitions=min(rows, t.partitions),
                        row_bytes=row_bytes, deps=war, repeat=loads, src_bytes=hbm_bytes, dst_bytes=block_bytes),)
     if not transposed:

@@ -1,10 +1,8 @@
-"""Matrix multiplies and convolutions as blocked TensorE GEMMs.
+"""Matrix multiplies as blocked TensorE GEMMs (convolutions: ``conv``).
 
 Operand layout decides the transposes: TensorE needs K on partitions for both operands, so
 a row-major A[M, K] (K contiguous) or a weight used as W.t() is transposed on chip, while a
-K-major operand (e.g. ``x.t()`` in a weight gradient) loads directly. Convolutions are
-implicit GEMMs: each filter tap is a K-chunk of input channels that reads the SBUF-resident
-input window with a shifted access pattern, so the input crosses HBM once, not kh*kw times.
+K-major operand (e.g. ``x.t()`` in a weight gradient) loads directly.
 """
 from __future__ import annotations
 
@@ -102,54 +100,6 @@ def _linear(ctx: OpContext) -> None:
     gemm(ctx, batch=1, m=max(1, x.numel // max(1, k)), k=k, n=w.shape[0], a=0, b=1,
          bias=2 if len(ctx.inputs) > 2 else None, a_transposed=k_contiguous(x, -1),
          b_transposed=w.strides is None or w.strides[-1] == 1)
-
-
-def _reuse(patch_elements: int, input_elements: int) -> int:
-    """How many times each input element appears in the implicit im2col matrix (taps / stride^2)."""
-    return max(1, round(patch_elements / max(1, input_elements)))
-
-
-def _conv_dims(x: TensorDesc, w: TensorDesc, attrs: dict):
-    groups = int(attrs.get("groups", 1) or 1)
-    transposed = bool(attrs.get("transposed", False))
-    taps = prod(w.shape[2:])
-    if transposed:      # weight [C_in, C_out/groups, *k]
-        c_in_g, c_out_g = w.shape[0] // groups, w.shape[1]
-    else:               # weight [C_out, C_in/groups, *k]
-        c_in_g, c_out_g = w.shape[1], w.shape[0] // groups
-    return x, groups, taps, c_in_g, c_out_g
-
-
-@lowering("aten::convolution", "aten::_convolution", "aten::convolution_overrideable",
-          "aten::conv1d", "aten::conv2d", "aten::conv3d")
-def _convolution(ctx: OpContext) -> None:
-    x, groups, taps, c_in_g, c_out_g = _conv_dims(ctx.inputs[0], ctx.inputs[1], ctx.attrs)
-    out = ctx.outputs[0]
-    pixels = x.shape[0] * prod((x if ctx.attrs.get("transposed") else out).shape[2:])
-    gemm(ctx, batch=groups, m=c_out_g, k=c_in_g * taps, n=pixels, a=1, b=0,
-         bias=2 if len(ctx.inputs) > 2 else None, a_transposed=True, b_transposed=False,
-         k_tile=min(128, c_in_g), b_reuse=_reuse(c_in_g * taps * pixels, x.numel // groups))
-
-
-@lowering("aten::convolution_backward", "aten::convolution_backward_overrideable")
-def _convolution_backward(ctx: OpContext) -> None:
-    """grad_input: a transposed conv of grad_out; grad_weight: input patches x grad_out."""
-    grad_out = ctx.inputs[0]
-    x, groups, taps, c_in_g, c_out_g = _conv_dims(ctx.inputs[1], ctx.inputs[2], ctx.attrs)
-    mask = ctx.attrs.get("output_mask", (True, True, False))
-    out_pixels = grad_out.shape[0] * prod(grad_out.shape[2:])
-    in_pixels = x.shape[0] * prod(x.shape[2:])
-    if mask[0]:
-        gemm(ctx, batch=groups, m=c_in_g, k=c_out_g * taps, n=in_pixels, a=2, b=0, a_transposed=False,
-             b_transposed=False, k_tile=min(128, c_out_g),
-             b_reuse=_reuse(c_out_g * taps * in_pixels, grad_out.numel // groups))
-    if len(mask) > 1 and mask[1]:
-        gemm(ctx, batch=groups, m=c_out_g, k=out_pixels, n=c_in_g * taps, a=0, b=1, a_transposed=True,
-             b_transposed=True, b_reuse=_reuse(out_pixels * c_in_g * taps, x.numel // groups), out=1)
-    if len(mask) > 2 and mask[2]:
-        # grad_bias: a column sum of grad_out, one ones-vector matmul per 128 x 512 tile.
-        gemm(ctx, batch=1, m=1, k=out_pixels, n=grad_out.shape[1], a=0, b=0, a_transposed=False,
-             b_transposed=True, out=2)
 
 
 @lowering("aten::_cdist_forward", "aten::_cdist_backward")
