@@ -11,7 +11,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from extensions.common import parse, show_profile, split_list, usage_error
 from extensions.device_magics import TARGETS_HELP
 from extensions.namespace import compiled, names_on, names_used, placed
-from workbench.compare import Comparison, compare
+from workbench.comparison import Comparison, compare
 from workbench.devices import DEVICES, active_device, available, use_device
 from workbench.session import SIMULATED_DEVICES, profile
 

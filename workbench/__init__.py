@@ -17,9 +17,9 @@ __version__ = "0.1.0"
 # public name -> module that defines it (imported lazily, PEP 562)
 _LAZY = {
     "profile": "workbench.session",
-    "Profile": "workbench.profile",
-    "compare": "workbench.compare",
-    "Comparison": "workbench.compare",
+    "Profile": "workbench.profiles",
+    "compare": "workbench.comparison",
+    "Comparison": "workbench.comparison",
     "load_trace": "workbench.export",
     "Dashboard": "workbench.widgets",
     "set_device": "workbench.devices",

@@ -193,7 +193,7 @@ def _read_json(path: Path):
 
 def load_trace(path):
     """A Profile from a file written by ``export_chrome_trace`` or a ``to_csv``/``to_parquet`` folder."""
-    from workbench.profile import Profile
+    from workbench.profiles import Profile
     path = Path(path)
     if path.is_dir():
         from workbench.tables import load_tables

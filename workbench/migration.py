@@ -184,7 +184,7 @@ class MigrationReport:
 
 
 def _profiles(recordings, target: str, baseline: str) -> dict:
-    from workbench.profile import Profile
+    from workbench.profiles import Profile
     out = {}
     for rec in recordings:
         for device, name, trace in (("neuron", target, rec.neuron), ("cuda", baseline, rec.baseline)):

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from workbench.profile import Profile
+from workbench.profiles import Profile
 
 __all__ = ["profile", "ProfileSession", "SIMULATED_DEVICES", "DEFAULT_TARGETS", "make_sink", "default_device",
            "compiled_graphs", "ensure_compile_backend"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.profile import EVENT_COLUMNS
+from workbench.profiles import EVENT_COLUMNS
 from workbench.records import json_safe, trace_from_parts, trace_header
 
 __all__ = ["write_tables", "load_tables", "TABLE_FORMATS"]
@@ -51,7 +51,7 @@ def _read(directory: Path, name: str, fmt: str) -> pd.DataFrame:
 
 def load_tables(directory):
     """A Profile from a folder written by ``write_tables``."""
-    from workbench.profile import Profile
+    from workbench.profiles import Profile
     directory = Path(directory)
     meta_path = directory / _META_FILE
     if not meta_path.exists():

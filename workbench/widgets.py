@@ -74,7 +74,7 @@ class Dashboard:
     # -- content ---------------------------------------------------------------------------
     def update(self, profile) -> "Dashboard":
         """Show ``profile`` (a Profile or Trace) in the existing widgets."""
-        from workbench.profile import Profile
+        from workbench.profiles import Profile
         self.profile = profile = Profile.coerce(profile)
         rows = summary_rows(profile.summary)
         self.summary_html.value = _html_table(("metric", "value"), rows)

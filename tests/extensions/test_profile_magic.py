@@ -6,9 +6,9 @@ import torch
 from IPython.core.error import UsageError
 
 from ext_display import outputs
-from workbench.compare import Comparison
+from workbench.comparison import Comparison
 from workbench.devices import DeviceState, active_device
-from workbench.profile import Profile
+from workbench.profiles import Profile
 
 CELL = "y = model(x)\nseen = (type(model).__name__, next(model.parameters()).device.type, x.device.type)\n"
 

@@ -78,3 +78,16 @@ def test_move_explains_a_live_autograd_graph():
     del y
     move(namespace, ["model"], "neuron")
     assert namespace["model"].weight.device.type == "neuron"
+
+
+def test_public_functions_are_not_shadowed_by_submodules():
+    # Importing a submodule binds it on the package; none may share a public function's name.
+    import importlib
+    import pkgutil
+
+    import workbench
+
+    for info in pkgutil.iter_modules(workbench.__path__):
+        importlib.import_module(f"workbench.{info.name}")
+    for name in ("profile", "compare", "migration_report", "set_device", "use_device", "move", "load_trace"):
+        assert callable(getattr(workbench, name)) and not isinstance(getattr(workbench, name), type(workbench)), name

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from workbench.aggregate import aggregate_events, busy_per_bin
-from workbench.profile import Profile
+from workbench.profiles import Profile
 from wb_synth import transformer_trace
 
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from workbench.export import DEFAULT_MAX_EVENTS, chrome_trace_dict, load_trace
-from workbench.profile import Profile
+from workbench.profiles import Profile
 from wb_graph import attention_graph
 from wb_synth import transformer_trace
 

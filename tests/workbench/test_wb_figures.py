@@ -9,7 +9,7 @@ from workbench.figures import (comparison_figure, graph_figure, highlight_op, me
                                roofline_figure, timeline_figure, utilisation_figure)
 from workbench.figures.roofline import roofline_points
 from workbench.graphs import CompiledGraph, layered_layout
-from workbench.profile import Profile
+from workbench.profiles import Profile
 from wb_graph import attention_graph
 from wb_synth import transformer_trace
 

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from backend.sim.trace import Trace
-from workbench.profile import Profile, merge_traces
+from workbench.profiles import Profile, merge_traces
 from wb_synth import NEURON_ENGINES, transformer_trace
 
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from workbench.export import DEFAULT_MAX_EVENTS
-from workbench.profile import Profile
+from workbench.profiles import Profile
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import torch
 import workbench  # noqa: F401  (registers the neuron device)
 from backend.sim.gpu import GpuSession
 from workbench import session
-from workbench.compare import Comparison, compare
+from workbench.comparison import Comparison, compare
 from workbench.session import ProfileSession, default_device, profile
 
 

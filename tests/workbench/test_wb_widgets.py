@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from workbench.profile import Profile
+from workbench.profiles import Profile
 from wb_graph import attention_graph
 from wb_synth import transformer_trace
 
@@ -63,8 +63,8 @@ def test_update_reuses_the_widgets(dash):
 
 
 def test_importing_the_workbench_does_not_import_widgets_or_ipython():
-    code = ("import sys, workbench, workbench.profile, workbench.figures, workbench.export, workbench.session, "
-            "workbench.compare, workbench.cli, workbench.widgets, workbench.report\n"
+    code = ("import sys, workbench, workbench.profiles, workbench.figures, workbench.export, workbench.session, "
+            "workbench.comparison, workbench.cli, workbench.widgets, workbench.report\n"
             "bad = [m for m in ('ipywidgets', 'IPython', 'anywidget') if m in sys.modules]\n"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -21,7 +21,7 @@ def _style(column: str) -> dict:
 
 def memory_figure(profile, *, top: int = 15, height: int = 820) -> go.Figure:
     """Three panels: bytes per op name (top by HBM traffic), cumulative bytes, HBM allocated."""
-    from workbench.profile import Profile
+    from workbench.profiles import Profile
     profile = Profile.coerce(profile)
     title = f"Memory traffic by level: {profile.trace.device_kind} {profile.trace.target}"
     ops = profile.ops

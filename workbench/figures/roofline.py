@@ -28,7 +28,7 @@ def roofline_points(profile):
 
 
 def roofline_figure(profile, *, height: int = 480) -> go.Figure:
-    from workbench.profile import Profile
+    from workbench.profiles import Profile
     profile = Profile.coerce(profile)
     trace = profile.trace
     title = f"Roofline: {trace.device_kind} {trace.target}"

@@ -83,7 +83,7 @@ def _key_colours(agg, key, keep) -> dict:
 
 def timeline_figure(profile, *, max_bars: int = 20_000, height: int | None = None) -> go.Figure:
     """Engine timeline of ``profile`` (a Profile or Trace); at most ``max_bars`` instruction bars."""
-    from workbench.profile import Profile
+    from workbench.profiles import Profile
     profile = Profile.coerce(profile)
     title = f"Engine timeline: {profile.trace.device_kind} {profile.trace.target}"
     events = profile.instructions
@@ -124,7 +124,7 @@ def timeline_figure(profile, *, max_bars: int = 20_000, height: int | None = Non
 
 def highlight_op(fig: go.Figure, profile, op_index: int | None) -> go.Figure:
     """Shade op ``op_index``'s time span on a timeline figure (in place); None clears it."""
-    from workbench.profile import Profile
+    from workbench.profiles import Profile
     profile = Profile.coerce(profile)
     if op_index is None or not len(profile.ops):
         fig.layout.shapes = ()

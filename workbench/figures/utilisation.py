@@ -40,7 +40,7 @@ def utilisation_figure(profile, *, group_by: str | None = None, sort: str = "tim
 
     ``group_by`` defaults to "op" for short runs and "name" (sum over calls) beyond 60 ops.
     """
-    from workbench.profile import Profile
+    from workbench.profiles import Profile
     profile = Profile.coerce(profile)
     title = f"Engine busy time per op: {profile.trace.device_kind} {profile.trace.target}"
     if not len(profile.ops):
