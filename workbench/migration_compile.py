@@ -86,10 +86,8 @@ def _new_breaks(before: Counter) -> list[str]:
 
 
 def _mode_notes() -> list[str]:
-    try:
-        from backend.compile import SUPPORTED_MODES
-    except ImportError as exc:
-        return [f"the neuron compile backend is not importable ({exc})"]
+    from backend.compile import SUPPORTED_MODES
+
     others = [m for m in SUPPORTED_MODES if m != "default"]
     return [f"torch.compile modes {', '.join(others)} compile as mode='default' on the neuron backend "
             "(no autotuning or CUDA graphs on a NeuronCore)"] if others else []

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from backend.compile import compiled_graphs, register as register_compile_backend
 from workbench.profiles import Profile
 
 __all__ = ["profile", "ProfileSession", "SIMULATED_DEVICES", "DEFAULT_TARGETS", "make_sink", "default_device",
@@ -39,44 +40,21 @@ def make_sink(device: str, target: str | None = None):
                      "use compare() for measured CPU wall time")
 
 
-def compiled_graphs() -> list:
-    """Every graph the compile layer has registered so far (empty until that layer exists)."""
-    try:
-        from backend.compile.registry import compiled_graphs
-    except ImportError:
-        return []
-    return list(compiled_graphs())
 
 
 def ensure_compile_backend(name: str | None) -> None:
-    """Register torch.compile's "neuron" backend if the compile layer has not done so yet."""
-    if name != "neuron":
-        return
-    try:
-        from backend.compile import register
-    except ImportError:
-        return
-    register()
+    """Make sure torch.compile's "neuron" backend is registered (again after torch._dynamo.reset())."""
+    if name == "neuron":
+        register_compile_backend()
 
 
 @contextlib.contextmanager
 def default_device(device: str, target: str | None = None):
     """Make ``device`` the default for new tensors while the block runs."""
-    try:
-        from workbench.devices import use_device
-    except ImportError:
-        use_device = None
-    if use_device is not None:
-        with use_device(device, target=target):
-            yield
-        return
-    import torch
-    previous = torch.get_default_device()
-    torch.set_default_device(device)
-    try:
+    from workbench.devices import use_device
+
+    with use_device(device, target=target):
         yield
-    finally:
-        torch.set_default_device(previous)
 
 
 class _Sampler:

@@ -92,8 +92,7 @@ def dispatch(func, args, kwargs):
                 break
         else:
             if device is not None:
-                inputs = [a._inner for a in args if a.__class__ is DeviceTensor]
-                return _execute(func, args, kwargs, host_args, {}, device, None, inputs)
+                return _execute(func, args, kwargs, host_args, {}, device, None, None)
     return _dispatch_general(func, args, kwargs)
 
 
@@ -115,7 +114,11 @@ def _dispatch_general(func, args, kwargs):
 
 
 def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs):
-    """Run the host kernel, wrap its outputs onto ``device`` and report the op."""
+    """Run the host kernel, wrap its outputs onto ``device`` and report the op.
+
+    ``inputs``: the host tensors the op read, for the recording; None on the fast path, where
+    they are collected only if someone is recording.
+    """
     try:
         out = None
         if numerics._enabled[0]:
@@ -148,6 +151,8 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
         host_outputs = _host_outputs(out)
         # Tracer (fake) outputs mean torch.compile is tracing: that is not an executed op.
         if all(t.__class__ is torch.Tensor for t in host_outputs):
+            if inputs is None:
+                inputs = [h for h, a in zip(host_args, args) if a.__class__ is DeviceTensor]
             recording.emit(func, args, kwargs, inputs, host_outputs,
                            transfer=_transfer_kind(func, args, device))
     return wrapped

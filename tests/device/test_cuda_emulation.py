@@ -1,6 +1,5 @@
 """CUDA emulation on a CPU-only build: unmodified CUDA code runs, matches CPU, and off is off."""
 import gc
-import importlib.util
 import os
 import sys
 
@@ -92,9 +91,6 @@ def test_redirect_runs_the_script_on_neuron():
     assert clock.sim.trace.device_kind == "neuron" and len(clock.sim.trace.ops) > 20
 
 
-@pytest.mark.skipif(importlib.util.find_spec("backend.lowering") is None
-                    or not hasattr(importlib.import_module("backend.lowering"), "EagerSession"),
-                    reason="backend.lowering.EagerSession (the NeuronCore eager session) does not exist yet")
 def test_redirect_defaults_to_the_neuron_eager_session():
     with emulate_cuda(redirect=True) as device:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -279,7 +275,6 @@ def test_autocast_cuda_follows_cuda_policy():
 
 
 def test_compile_routes_the_default_backend_to_neuron():
-    pytest.importorskip("backend.compile.backend", reason="backend/compile (the neuron backend) not built yet")
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     x = torch.randn(5, 8)

@@ -93,9 +93,6 @@ def test_bad_arguments_exit_2_with_usage():
 
 @pytest.mark.slow
 def test_python_m_workbench_end_to_end(script, tmp_path):
-    lowering = pytest.importorskip("backend.lowering")
-    if not hasattr(lowering, "EagerSession"):
-        pytest.skip("backend.lowering.EagerSession has not landed")
     result = _run("profile", str(script), "--device", "neuron", "--trace", str(tmp_path / "t.json.gz"))
     assert result.returncode == 0, result.stderr
     assert "TensorE active" in result.stdout

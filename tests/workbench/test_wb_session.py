@@ -130,10 +130,7 @@ def test_compare_without_argument_uses_the_default_device(gpu_sink):
     assert devices == ["neuron"] and gpu_sink == [("neuron", "trn1")]
 
 
-def test_real_neuron_session_when_lowering_has_it():
-    lowering = pytest.importorskip("backend.lowering")
-    if not hasattr(lowering, "EagerSession"):
-        pytest.skip("backend.lowering.EagerSession has not landed")
+def test_real_neuron_session():
     with profile(target="trn2") as prof:
         _work()
     assert prof.trace.device_kind == "neuron" and prof.summary["tensor_engine_active_time_percent"] > 0

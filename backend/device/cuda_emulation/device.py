@@ -76,7 +76,11 @@ class EmulatedDevice:
             self.config = neuron_module.get_target()
             self.reported = torch.device("neuron", 0)
             self.pool = memory_for("neuron")
-            self.session = session if session is not None else _neuron_session(self.config)
+            if session is None:
+                from backend.lowering import EagerSession
+
+                session = EagerSession(target=self.config.name)
+            self.session = session
         else:
             from backend.sim.gpu import GpuSession, get_gpu
 
@@ -128,15 +132,6 @@ def _gpu_pool(config, model_name: str) -> DeviceMemory:
         pool = _GPU_POOLS[config.name] = DeviceMemory("cuda", int(config.hbm_bytes),
                                                       f"GPU 0 ({model_name}, emulated)")
     return pool
-
-
-def _neuron_session(config):
-    """The NeuronCore's eager simulator session, once the lowering layer provides one."""
-    try:
-        from backend.lowering import EagerSession
-    except ImportError:
-        return None
-    return EagerSession(target=config.name)
 
 
 def _recording_session():
