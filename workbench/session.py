@@ -83,7 +83,7 @@ class _Sampler:
         if self.on_op is not None:
             self.on_op(self.count)
 
-    def feed_kernel(self, name, records, internal_bytes_saved=0, nodes=()) -> None:
+    def feed_kernel(self, name, records, internal_bytes_saved=0, nodes=(), source=None) -> None:
         self.feed(None)
 
 

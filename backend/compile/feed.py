@@ -1,6 +1,6 @@
 """Feeding compiled kernels to the recording sinks, by what the sink is, not by the device.
 
-A sink with ``feed_kernel(name, records, internal_bytes_saved=0, nodes=())`` (the GPU session,
+A sink with ``feed_kernel(name, records, internal_bytes_saved=0, nodes=(), source=None)`` (the GPU session,
 and a NeuronCore session that grows one) takes a kernel directly. A NeuronCore session with
 only ``feed(record)`` gets the kernel through an adapter that lowers the fused group with
 ``backend.lowering`` and appends the program's rollup to the session's trace. Kernels that are
@@ -40,15 +40,6 @@ def _adapter_for(sink) -> KernelAdapter | None:
     return None
 
 
-def _set_source(sink, kernel: KernelSpec) -> None:
-    """Attach the user source line to the rollup the sink just appended (feed_kernel has no
-    source argument)."""
-    trace = getattr(sink, "trace", None)
-    ops = getattr(trace, "ops", None)
-    if ops and ops[-1].name == kernel.name and ops[-1].source is None:
-        ops[-1].source = kernel.source
-
-
 def feed_kernel(sink, kernel: KernelSpec) -> None:
     """Cost one compiled kernel on ``sink`` (its source line comes free from the FX graph, so
     it is attached whether or not the sink asked eager mode for sources)."""
@@ -59,7 +50,7 @@ def feed_kernel(sink, kernel: KernelSpec) -> None:
     direct = getattr(sink, "feed_kernel", None)
     if direct is not None:
         direct(kernel.name, kernel.records, internal_bytes_saved=kernel.internal_bytes_saved,
-               nodes=kernel.nodes)
+               nodes=kernel.nodes, source=kernel.source)
     else:
         adapter = _adapter_for(sink)
         if adapter is None:
@@ -67,7 +58,6 @@ def feed_kernel(sink, kernel: KernelSpec) -> None:
                 f"{type(sink).__name__} cannot take compiled kernels: it has no feed_kernel() "
                 f"and no adapter is registered (backend.compile.feed.register_kernel_adapter)")
         adapter(sink, kernel)
-    _set_source(sink, kernel)
 
 
 @register_kernel_adapter(EagerSession)
@@ -75,4 +65,5 @@ def _neuron_session_kernel(session: EagerSession, kernel: KernelSpec) -> None:
     """One fused program on the NeuronCore timeline (intermediates in SBUF where they fit)."""
     program = lower_kernel(kernel.name, kernel.records, session.target, inputs_from=kernel.inputs_from,
                            outputs_to_hbm=kernel.outputs_to_hbm, nodes=kernel.nodes)
+    program.info.source = kernel.source
     session.feed_program(program)

@@ -18,7 +18,7 @@ class KernelSink:
     def feed(self, record):
         self.ops.append(record)
 
-    def feed_kernel(self, name, records, internal_bytes_saved=0, nodes=()):
+    def feed_kernel(self, name, records, internal_bytes_saved=0, nodes=(), source=None):
         self.kernels.append((name, [r.name for r in records], internal_bytes_saved, tuple(nodes)))
 
 

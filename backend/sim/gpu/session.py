@@ -61,12 +61,13 @@ class GpuSession:
             self._feed_cost(record.name, "op", record, record_cost(self.config, record, self.launch_ns))
 
     def feed_kernel(self, name: str, records: list[OpRecord], internal_bytes_saved: int = 0,
-                    nodes=()) -> None:
+                    nodes=(), source: str | None = None) -> None:
         """Cost one compiled kernel that runs ``records`` fused (views inside are free)."""
         work = [r for r in records if not r.is_view and not r.transfer]
         cost = fused_cost(self.config, work, self.launch_ns, internal_bytes_saved)
         summary = self._feed_cost(name, "kernel", None, cost)
         summary.nodes = tuple(nodes)
+        summary.source = source
         summary.input_shapes = "; ".join(_shapes(r.inputs) for r in work)
         summary.output_shapes = "; ".join(_shapes(r.outputs) for r in work)
 
