@@ -67,6 +67,11 @@ class _Args:
             return value
         if value.__class__ in (list, tuple) and value and not isinstance(value[0], (int, float)):
             return value.__class__(self.unwrap(v) for v in value)
+        if isinstance(value, torch.UntypedStorage) and value.device.type in SIMULATED_DEVICE_TYPES:
+            # A wrapper's storage is a data-less placeholder: its values live in the host tensor.
+            raise RuntimeError(
+                f"a {value.device} storage holds no values the host kernels can read; pass the "
+                f"tensor itself (e.g. t.set_(source_tensor)) instead of its untyped_storage()")
         return value
 
 
@@ -174,14 +179,24 @@ def _wrap_returned(out, args, kwargs, device):
         if a is out:
             return a
         if isinstance(a, DeviceTensor) and a._inner is out:
-            if a.shape != out.shape:
-                # A wrapper's sizes are fixed at creation, so resize_ / out= cannot grow it.
-                raise RuntimeError(
-                    f"out= tensor on {a.device} has shape {list(a.shape)} but the result has shape "
-                    f"{list(out.shape)}; allocate out with the result's shape (resizing device "
-                    f"tensors is not supported by the workbench)")
+            if a.shape != out.shape or a.stride() != out.stride() or a.storage_offset() != out.storage_offset():
+                _restride_wrapper(a, out)
             return a
     return _wrap_new(out, device)
+
+
+_META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+
+
+def _restride_wrapper(wrapper: DeviceTensor, inner: torch.Tensor) -> None:
+    """Give ``wrapper`` the geometry its host tensor took (resize_, set_, out= resizing).
+
+    The wrapper's own storage is a data-less placeholder, so the Meta kernel of ``set_``
+    re-describes it (sizes, strides, offset; the placeholder grows by bookkeeping only).
+    """
+    set_ = aten.set_.source_Storage_storage_offset
+    set_.redispatch(_META, wrapper, wrapper.untyped_storage(), inner.storage_offset(),
+                    inner.size(), inner.stride())
 
 
 def _host_outputs(out) -> list:

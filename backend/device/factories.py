@@ -121,6 +121,9 @@ def register_factories(dispatch_key: str) -> None:
     for name in HOST_FACTORIES:
         packet, _, overload = name.partition(".")
         lib.impl(name, _host_factory(getattr(getattr(torch.ops.aten, packet), overload or "default")), dispatch_key)
+    # A ZeroTensor has no storage and relies on a dispatch key that is excluded inside
+    # __torch_dispatch__, so host kernels would read garbage: the device materializes it.
+    lib.impl("_efficientzerotensor", _host_factory(torch.ops.aten.zeros.default), dispatch_key)
     _register_decomposed(lib, dispatch_key)
     _libraries[dispatch_key] = lib
 

@@ -21,6 +21,8 @@ class DeviceTensor(torch.Tensor):
             cls, inner.size(), strides=inner.stride(), storage_offset=inner.storage_offset(),
             dtype=inner.dtype, layout=inner.layout, device=device, requires_grad=requires_grad)
         out._inner = inner
+        if inner.is_conj() or inner.is_neg():
+            _carry_math_bits(out, inner)
         return out
 
     # Only __torch_dispatch__ matters; skipping the __torch_function__ layer halves per-op cost.
@@ -58,11 +60,30 @@ class DeviceTensor(torch.Tensor):
 
     def __reduce_ex__(self, protocol):
         # Serialize the host values plus the device string, never the (empty) wrapper storage.
-        return (_rebuild_device_tensor, (self._inner.detach().clone(), str(self.device), self.requires_grad))
+        # The host copy's storage is tagged with the device, so torch.load's map_location applies.
+        host = mark_for_saving(self._inner.detach().clone(), self.device)
+        return (_rebuild_tagged_tensor, (host, self.requires_grad))
+
+
+def _carry_math_bits(wrapper: torch.Tensor, inner: torch.Tensor) -> None:
+    # Inside __torch_dispatch__ the Conjugate/Negative keys are excluded, so host kernels would
+    # silently ignore an inner conj/neg bit. Mirrored on the wrapper, PyTorch's own fallbacks
+    # resolve the bit before the op reaches the device, and bit-aware kernels (copy_, clone,
+    # views, mm) read it from the inner exactly as they do on CPU.
+    torch._C._set_conj(wrapper, inner.is_conj())
+    torch._C._set_neg(wrapper, inner.is_neg())
 
 
 def _rebuild_device_tensor(host: torch.Tensor, device: str, requires_grad: bool = False):
+    # Files written before storages were tagged with their device.
     return host.to(device).requires_grad_(requires_grad)
+
+
+def _rebuild_tagged_tensor(tensor: torch.Tensor, requires_grad: bool = False):
+    device = device_restored_for(tensor)
+    if device is not None:
+        tensor = tensor.to(device)
+    return tensor.requires_grad_(requires_grad)
 
 
 def wrap(inner: torch.Tensor, device: torch.device) -> DeviceTensor:
@@ -80,5 +101,7 @@ def unwrap_to_host(t: torch.Tensor) -> torch.Tensor:
 
 from .dispatch import dispatch as _dispatch  # noqa: E402  (dispatch imports DeviceTensor)
 from .memory import _POOLS  # noqa: E402
+from .serialization import device_restored_for, mark_for_saving, register_serialization  # noqa: E402
 
-torch.serialization.add_safe_globals([_rebuild_device_tensor])
+torch.serialization.add_safe_globals([_rebuild_device_tensor, _rebuild_tagged_tensor])
+register_serialization()
