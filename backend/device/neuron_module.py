@@ -15,7 +15,7 @@ from .numerics import hardware_numerics, hardware_numerics_enabled, set_hardware
 
 __all__ = [
     "is_available", "is_initialized", "device_count", "current_device", "set_device", "device",
-    "synchronize", "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state",
+    "synchronize", "get_amp_supported_dtype", "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state",
     "set_rng_state", "get_device_name", "get_device_properties", "get_device_capability",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "memory_stats", "memory_summary", "empty_cache",
@@ -98,6 +98,12 @@ def device(index):
     """``with torch.neuron.device(0):`` — one simulated core, so only validates the index."""
     _check_index(index)
     yield
+
+
+def get_amp_supported_dtype() -> list:
+    # torch.autocast("neuron") asks for this; non-reentrant checkpointing enters it in the
+    # autograd device thread, where a missing function aborted the process.
+    return [torch.bfloat16, torch.float16]
 
 
 def synchronize(device=None) -> None:

@@ -58,6 +58,16 @@ class DeviceTensor(torch.Tensor):
             parts.append("requires_grad=True")
         return "tensor(" + ", ".join(parts) + ")"
 
+    def tolist(self):
+        return self.cpu().tolist()
+
+    def numpy(self, *, force: bool = False):
+        if not force:
+            raise TypeError(
+                f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to "
+                f"copy the tensor to host memory first.")
+        return self.detach().cpu().numpy()
+
     def __reduce_ex__(self, protocol):
         # Serialize the host values plus the device string, never the (empty) wrapper storage.
         # The host copy's storage is tagged with the device, so torch.load's map_location applies.
