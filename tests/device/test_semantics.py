@@ -118,8 +118,10 @@ def test_inplace_returns_same_object_and_out_variants(neuron):
     out = torch.empty(3, 3, device="neuron")
     assert torch.matmul(a, b, out=out) is out
     torch.testing.assert_close(out.cpu(), a.cpu() @ b.cpu())
-    with pytest.raises(RuntimeError, match="allocate out with the result's shape"):
-        torch.add(a, b, out=torch.empty(0, device="neuron"))
+    # Like CPU: an empty out= tensor is resized to the result's shape.
+    empty = torch.empty(0, device="neuron")
+    assert torch.add(a, b, out=empty) is empty and empty.shape == (3, 3)
+    torch.testing.assert_close(empty.cpu(), a.cpu() + b.cpu())
 
 
 def test_data_dependent_shapes(neuron):
