@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test test-fast bench fidelity clean
+.PHONY: lab test test-fast bench fidelity opinfo clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ bench: $(STAMP)
 
 fidelity: $(STAMP)
 	$(PY) -m benchmarks.fidelity
+
+# Every OpInfo op on neuron against CPU (fp32, fp32 gradients, bf16); prints match rates.
+opinfo: $(STAMP)
+	$(PY) tests/device/opinfo_sweep.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

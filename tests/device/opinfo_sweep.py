@@ -48,9 +48,11 @@ def _op_db() -> dict:
     return {full_name(op): op for op in op_db}
 
 
-def _to_device(value):
+def _to_cpu(value):
+    # Samples are built on the device (as PyTorch's device tests do: views keep their base,
+    # index tensors an op wants on CPU stay there); CPU gets copies with the same values.
     if isinstance(value, torch.Tensor):
-        return value.detach().to(DEVICE).requires_grad_(value.requires_grad)
+        return value.detach().cpu().requires_grad_(value.requires_grad)
     return value
 
 
@@ -84,6 +86,24 @@ def _run(op, sample, mode):
     return op(sample.input, *sample.args, **sample.kwargs)
 
 
+# Factories of uninitialized memory: only shape, dtype and strides are comparable.
+UNINITIALIZED_OUTPUT_OPS = frozenset({
+    "empty", "empty_like", "empty_permuted", "empty_strided", "new_empty", "new_empty_strided",
+})
+
+
+def _compare_values(actual, expected) -> None:
+    torch.testing.assert_close(actual, expected, equal_nan=True, check_device=False)
+
+
+def _compare_metadata(actual, expected) -> None:
+    from torch.utils._pytree import tree_leaves
+
+    for a, e in zip(tree_leaves(actual), tree_leaves(expected), strict=True):
+        if (a.shape, a.dtype, a.stride()) != (e.shape, e.dtype, e.stride()):
+            raise AssertionError(f"metadata differs: {(a.shape, a.dtype, a.stride())} vs {(e.shape, e.dtype, e.stride())}")
+
+
 def check(op, mode: str, max_samples: int = SAMPLES_PER_OP) -> Outcome:
     """Compare ``op`` on the device with CPU for the first ``max_samples`` samples of ``mode``."""
     from torch.utils._pytree import tree_map
@@ -92,21 +112,28 @@ def check(op, mode: str, max_samples: int = SAMPLES_PER_OP) -> Outcome:
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
     if dtype not in op.supported_dtypes("cpu") or (mode == "grad" and not op.supports_autograd):
         return Outcome(name, mode, 0, 0, "skip", "dtype or autograd not supported on CPU")
+    samples = []
     try:
+        torch.manual_seed(0)
         samples = list(op.sample_inputs("cpu", dtype, requires_grad=mode == "grad"))[:max_samples]
-    except Exception as exc:  # the OpInfo's own sample generator failed: not a device issue
-        return Outcome(name, mode, 0, 0, "skip", f"sample_inputs: {exc!r}"[:200])
+        torch.manual_seed(0)
+        device_samples = list(op.sample_inputs(DEVICE, dtype, requires_grad=mode == "grad"))[:max_samples]
+    except Exception as exc:
+        if not samples:   # the OpInfo's own CPU sample generator failed: not a device issue
+            return Outcome(name, mode, 0, 0, "skip", f"sample_inputs: {exc!r}"[:200])
+        return Outcome(name, mode, 0, len(samples), "error", f"sample_inputs on {DEVICE}: {exc!r}"[:200])
+    compare = _compare_metadata if name in UNINITIALIZED_OUTPUT_OPS else _compare_values
     matched = total = 0
     first_miss = None
-    for sample in samples:
+    for sample in device_samples:
         try:
-            expected = tree_map(_to_host, _run(op, sample, mode))
+            expected = tree_map(_to_host, _run(op, sample.transform(_to_cpu), mode))
         except Exception:
             continue   # CPU rejects the sample too
         total += 1
         try:
-            actual = tree_map(_to_host, _run(op, sample.transform(_to_device), mode))
-            torch.testing.assert_close(actual, expected, equal_nan=True, check_device=False)
+            actual = tree_map(_to_host, _run(op, sample, mode))
+            compare(actual, expected)
             matched += 1
         except Exception as exc:
             if first_miss is None:
