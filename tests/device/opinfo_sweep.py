@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from backend.device.tensor import unwrap_to_host
+
 MODES = ("fp32", "grad", "bf16")
 DEVICE = "neuron"
 SAMPLES_PER_OP = 6
@@ -52,12 +54,19 @@ def _to_cpu(value):
     # Samples are built on the device (as PyTorch's device tests do: views keep their base,
     # index tensors an op wants on CPU stay there); CPU gets copies with the same values.
     if isinstance(value, torch.Tensor):
+        if value.device.type == DEVICE and value.layout == torch.strided:
+            # Keep the whole storage and the view's place in it (as_strided reads outside views).
+            host = unwrap_to_host(value.detach())
+            copy = torch.empty(0, dtype=value.dtype).set_(
+                host.untyped_storage().clone(), host.storage_offset(), host.size(), host.stride())
+            return copy.requires_grad_(value.requires_grad)
         return value.detach().cpu().requires_grad_(value.requires_grad)
     return value
 
 
 def _to_host(value):
-    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
+    # The host tensor itself, not a .cpu() copy: a copy would not keep overlapping strides.
+    return unwrap_to_host(value.detach()) if isinstance(value, torch.Tensor) else value
 
 
 def _leaves(sample) -> list:
