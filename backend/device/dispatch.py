@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import numerics, recording
-from .tensor import DeviceTensor, wrap
+from .tensor import DeviceTensor, carry_math_bits, wrap
 
 __all__ = ["dispatch", "CROSS_DEVICE_OPS", "SIMULATED_DEVICE_TYPES"]
 
@@ -152,6 +152,11 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
             if isinstance(o, torch.Tensor) else o for o in out)
     else:
         wrapped = out
+    if func.is_view:
+        # Views are how tensors acquire conj/neg bits (conj(), _neg_view, imag of a conj).
+        for w in (wrapped if isinstance(wrapped, (tuple, list)) else (wrapped,)):
+            if w.__class__ is DeviceTensor:
+                carry_math_bits(w)
     if recording._sinks and not recording._suspend_depth:
         host_outputs = _host_outputs(out)
         # Tracer (fake) outputs mean torch.compile is tracing: that is not an executed op.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["DeviceTensor", "wrap", "unwrap_to_host"]
+__all__ = ["DeviceTensor", "wrap", "unwrap_to_host", "carry_math_bits"]
 
 
 class DeviceTensor(torch.Tensor):
@@ -21,8 +21,6 @@ class DeviceTensor(torch.Tensor):
             cls, inner.size(), strides=inner.stride(), storage_offset=inner.storage_offset(),
             dtype=inner.dtype, layout=inner.layout, device=device, requires_grad=requires_grad)
         out._inner = inner
-        if inner.is_conj() or inner.is_neg():
-            _carry_math_bits(out, inner)
         return out
 
     # Only __torch_dispatch__ matters; skipping the __torch_function__ layer halves per-op cost.
@@ -39,7 +37,7 @@ class DeviceTensor(torch.Tensor):
 
     @staticmethod
     def __tensor_unflatten__(inner_tensors, device, outer_size, outer_stride):
-        return DeviceTensor(inner_tensors["_inner"], device)
+        return carry_math_bits(DeviceTensor(inner_tensors["_inner"], device))
 
     def __repr__(self, *, tensor_contents=None) -> str:
         if self._inner.__class__ is not torch.Tensor:
@@ -75,13 +73,19 @@ class DeviceTensor(torch.Tensor):
         return (_rebuild_tagged_tensor, (host, self.requires_grad))
 
 
-def _carry_math_bits(wrapper: torch.Tensor, inner: torch.Tensor) -> None:
-    # Inside __torch_dispatch__ the Conjugate/Negative keys are excluded, so host kernels would
-    # silently ignore an inner conj/neg bit. Mirrored on the wrapper, PyTorch's own fallbacks
-    # resolve the bit before the op reaches the device, and bit-aware kernels (copy_, clone,
-    # views, mm) read it from the inner exactly as they do on CPU.
-    torch._C._set_conj(wrapper, inner.is_conj())
-    torch._C._set_neg(wrapper, inner.is_neg())
+def carry_math_bits(wrapper: DeviceTensor) -> DeviceTensor:
+    """Mirror the host tensor's conj/neg bits on the wrapper (only views can acquire them).
+
+    Inside __torch_dispatch__ the Conjugate/Negative keys are excluded, so host kernels would
+    silently ignore an inner conj/neg bit. Mirrored on the wrapper, PyTorch's own fallbacks
+    resolve the bit before the op reaches the device, and bit-aware kernels (copy_, clone,
+    views, mm) read it from the inner exactly as they do on CPU.
+    """
+    inner = wrapper._inner
+    if inner.is_conj() or inner.is_neg():
+        torch._C._set_conj(wrapper, inner.is_conj())
+        torch._C._set_neg(wrapper, inner.is_neg())
+    return wrapper
 
 
 def _rebuild_device_tensor(host: torch.Tensor, device: str, requires_grad: bool = False):
