@@ -1,7 +1,7 @@
 """The device's event stream: one OpRecord per executed op, nothing dropped."""
 import torch
 
-from backend.device import recording
+from backend import recording
 
 
 class ListSink:
