@@ -1,5 +1,14 @@
-"""The workbench's machinery: device integration, compile path, lowering and the simulator.
+"""The workbench's machinery, in layers; each imports only the ones below it (checked by
+tests/test_import_layering.py):
+
+- ``sim``: the simulator (presets, instruction IR, costs, scheduler, trace). No torch.
+- ``lowering``: aten op or fused kernel -> simulator program. No torch.
+- ``recording``: the op stream, records of what ran on a simulated device and the sinks that
+  consume them, plus the simulated device types and selected target both layers above read.
+- ``device`` and ``compile``, peers that never import each other: the PyTorch ``neuron`` device
+  (and CUDA emulation), and the ``torch.compile`` backend ``neuron``. They meet in ``recording``;
+  CUDA emulation names the compile backend only by its registered string.
 
 Importing ``backend`` registers nothing; ``import workbench`` (or torch's backend autoload)
-registers the ``neuron`` device.
+registers the ``neuron`` device, and the compile backend loads on its first ``torch.compile``.
 """

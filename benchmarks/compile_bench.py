@@ -122,7 +122,7 @@ def compile_run(backend: str | None, device: str) -> dict:
 
 def simulated(target: str = "trn2") -> dict:
     """Simulated forward+backward of one batch, eager vs compiled, on the same NeuronCore."""
-    from backend.device import recording
+    from backend import recording
     from backend.lowering import EagerSession
 
     torch._dynamo.reset()

@@ -13,7 +13,7 @@ import argparse
 import torch
 
 import workbench  # noqa: F401  (registers neuron: used only to record op shapes)
-from backend.device import recording
+from backend import recording
 from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.gpu import GpuSession
 

@@ -1,16 +1,18 @@
 """The Neuron workbench: run unchanged PyTorch code on a simulated NeuronCore (``neuron``) or an
 emulated GPU (``cuda``) and see where the time goes.
 
-``import workbench`` registers the ``neuron`` device and the ``"neuron"`` compile backend;
-everything else (pandas, plotly, widgets) is imported on first use of the name.
+``import workbench`` registers the ``neuron`` device and makes ``torch.compile(backend="neuron")``
+resolvable (Dynamo and the compiler load on the first such compile, see
+``backend.compile.entry_point``); everything else (pandas, plotly, widgets) is imported on first
+use of the name.
 """
 from importlib import import_module
 
-from backend.compile import register as _register_compile
+from backend.compile import declare as _declare_compile_backend
 from backend.device import register as _register_device
 
 _register_device()
-_register_compile()   # torch.compile(backend="neuron")
+_declare_compile_backend()   # torch.compile(backend="neuron"), without importing torch._dynamo
 
 __version__ = "0.1.0"
 

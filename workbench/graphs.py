@@ -83,7 +83,7 @@ class CompiledGraph:
 
 def expand_graphs(objs) -> list:
     """CompiledGraphs from what the compile layer registers: one per AOTAutograd part
-    (forward/backward/inference) of a registry entry with ``parts`` and ``describe(part)``,
+    (forward/backward/inference) of a graph-log entry with ``parts`` and ``describe(part)``,
     otherwise one per object."""
     out = []
     for obj in objs:

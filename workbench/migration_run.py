@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from backend.device.recording import recording
+from backend.recording import recording
 from backend.lowering import EagerSession
 from backend.sim.gpu import GpuSession
 from backend.sim.presets import NeuronConfig, get_target

@@ -5,7 +5,7 @@
     prof = wb.profile(fn, x, device="cuda")   # runs fn(x); prof.result is its return value
 
 A session sink (the NeuronCore ``EagerSession`` or the GPU ``GpuSession``) is subscribed to the
-device's op stream with ``backend.device.recording.recording``; compiled graphs registered by
+device's op stream with ``backend.recording.recording``; compiled graphs registered by
 the compile layer while the block ran are attached to the Profile.
 """
 from __future__ import annotations
@@ -107,7 +107,7 @@ class ProfileSession:
         self._graphs_since = graphs_since
 
     def __enter__(self) -> Profile:
-        from backend.device.recording import recording
+        from backend.recording import recording
         self.sink = make_sink(self.device, self.target)
         self._previous_target = None
         if self.device == "neuron":

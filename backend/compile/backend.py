@@ -5,11 +5,15 @@ wrapper subclass, it desugars device tensors into their host tensors, so the gra
 backend compiles are aten graphs over CPU tensors, and the compiled callables run them as is.
 Recording is suspended from the moment Dynamo starts tracing a frame until it has compiled it,
 so a profile never counts the tracer's fake executions as device ops.
+
+torch finds the backend by name through ``entry_point`` (loading ``plugin``, which prepares
+Dynamo with ``prepare_dynamo``); ``register()`` does both at once, eagerly.
 """
 from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 import warnings
 from contextlib import ExitStack
@@ -17,19 +21,19 @@ from contextlib import ExitStack
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
-from backend.device import recording
+from backend import recording
 
+from .entry_point import BACKEND_NAME
 from .fusion import fuse
+from .graph_log import CompiledGraphInfo, CompiledPartInfo, new_graph
 from .kernels import node_sources
-from .registry import CompiledGraphInfo, CompiledPartInfo, new_graph
 from .runtime import CompiledPart, place_on_host
 
-__all__ = ["neuron_backend", "register", "is_registered", "BACKEND_NAME", "SUPPORTED_MODES",
-           "OPTIONS"]
+__all__ = ["neuron_backend", "register", "is_registered", "prepare_dynamo", "BACKEND_NAME",
+           "SUPPORTED_MODES", "OPTIONS"]
 
 log = logging.getLogger(__name__)
 
-BACKEND_NAME = "neuron"
 # Modes torch.compile documents; none changes what this backend emits (no autotuning or CUDA
 # graphs on a simulated NeuronCore), so the non-default ones compile as "default" with a warning.
 SUPPORTED_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -41,7 +45,7 @@ OPTIONS = {
 }
 
 _state = threading.local()
-_registered = False
+_rules_added = False
 
 
 # -- recording is off while Dynamo traces -------------------------------------------------------
@@ -94,9 +98,7 @@ def _check_options(mode: str | None, options: dict | None) -> dict:
 def _sbuf_partition_bytes(options: dict) -> int:
     if options["sbuf_partition_bytes"] is not None:
         return options["sbuf_partition_bytes"]
-    from backend.device import get_target
-
-    return int(get_target().sbuf_partition_bytes)
+    return int(recording.current_target().sbuf_partition_bytes)
 
 
 def _frame_and_id(gm: torch.fx.GraphModule) -> tuple[str, str]:
@@ -157,18 +159,40 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
         )(gm, example_inputs)
 
 
+# What a caller that knows the backend only by name (CUDA emulation's torch.compile routing)
+# reads off the function Dynamo resolves that name to.
+neuron_backend.supported_modes = SUPPORTED_MODES
+
+
 def is_registered() -> bool:
-    return _registered
+    """Whether Dynamo has this backend under its name (registered eagerly, or loaded through
+    the entry point by a compile); never imports Dynamo to find out."""
+    registry = sys.modules.get("torch._dynamo.backends.registry")
+    return registry is not None and registry._COMPILER_FNS.get(BACKEND_NAME) is neuron_backend
+
+
+def prepare_dynamo() -> None:
+    """Set Dynamo up for this backend before it traces a frame. Idempotent; calling it again
+    after ``torch._dynamo.reset()`` restores the compile callbacks that reset cleared."""
+    global _rules_added
+    _ensure_callbacks()
+    if _rules_added:
+        return
+    from torch._dynamo import trace_rules
+
+    # Dynamo must never trace the device plumbing or the simulator: when a compiled frame
+    # falls back to eager, device ops re-enter Python in these packages. (Named as strings:
+    # compile does not import the device.)
+    for package in ("backend.device", "backend.recording", "backend.lowering", "backend.sim",
+                    "backend.compile"):
+        trace_rules.add(package)
+    _rules_added = True
 
 
 def register() -> None:
-    """Make ``torch.compile(backend="neuron")`` available. Idempotent; calling it again after
-    ``torch._dynamo.reset()`` restores the compile callbacks that reset cleared."""
-    global _registered
-    _ensure_callbacks()
-    if _registered:
-        return
-    from torch._dynamo import trace_rules
+    """Make ``torch.compile(backend="neuron")`` available now, without the entry point.
+    Idempotent, and like ``prepare_dynamo`` worth calling again after ``torch._dynamo.reset()``."""
+    prepare_dynamo()
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
 
     existing = _COMPILER_FNS.get(BACKEND_NAME)
@@ -177,8 +201,3 @@ def register() -> None:
     elif existing is not neuron_backend:
         raise RuntimeError(f"a different torch.compile backend named {BACKEND_NAME!r} is already "
                            f"registered ({existing!r}); the workbench cannot register its own")
-    # Dynamo must never trace the device plumbing or the simulator: when a compiled frame
-    # falls back to eager, device ops re-enter Python in these packages.
-    for package in ("backend.device", "backend.lowering", "backend.sim", "backend.compile"):
-        trace_rules.add(package)
-    _registered = True

@@ -1,20 +1,31 @@
-"""Per-kernel simulated cost for the registry: the kernels of one graph fed to a private
+"""Per-kernel simulated cost for the graph log: the kernels of one graph fed to a private
 NeuronCore session on the selected target, through the same path a profile uses."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from backend.lowering import EagerSession
+from backend.recording import current_target
+
 from .feed import feed_kernel
 
-__all__ = ["cost_kernels"]
+__all__ = ["KernelCost", "cost_kernels"]
+
+
+@dataclass(slots=True)
+class KernelCost:
+    """Simulated cost of one kernel on the target it was costed on."""
+
+    name: str
+    kind: str
+    time_ns: float
+    hbm_bytes: int
+    launches: int = 1
 
 
 def cost_kernels(kernels: list, target=None) -> tuple[dict, str]:
     """Simulate ``kernels`` in order; returns (kernel name -> KernelCost, target name)."""
-    from backend.device import get_target
-    from backend.lowering import EagerSession
-
-    from .registry import KernelCost
-
-    target = target or get_target()
+    target = target or current_target()
     session = EagerSession(target)
     costs: dict = {}
     for kernel in kernels:

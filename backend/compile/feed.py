@@ -3,8 +3,7 @@
 A sink with ``feed_kernel(name, records, internal_bytes_saved=0, nodes=(), source=None)`` (the GPU session,
 and a NeuronCore session that grows one) takes a kernel directly. A NeuronCore session with
 only ``feed(record)`` gets the kernel through an adapter that lowers the fused group with
-``backend.lowering`` and appends the program's rollup to the session's trace. Kernels that are
-host fallbacks are fed op by op with ``feed``: the sink costs them as fallbacks.
+``backend.lowering`` and appends the program's rollup to the session's trace.
 """
 from __future__ import annotations
 
@@ -43,10 +42,6 @@ def _adapter_for(sink) -> KernelAdapter | None:
 def feed_kernel(sink, kernel: KernelSpec) -> None:
     """Cost one compiled kernel on ``sink`` (its source line comes free from the FX graph, so
     it is attached whether or not the sink asked eager mode for sources)."""
-    if kernel.fallback:
-        for record in kernel.records:
-            sink.feed(record)
-        return
     direct = getattr(sink, "feed_kernel", None)
     if direct is not None:
         direct(kernel.name, kernel.records, internal_bytes_saved=kernel.internal_bytes_saved,

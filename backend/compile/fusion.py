@@ -25,7 +25,6 @@ import torch
 from torch import fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from backend.device import recording
 from backend.sim.flops import base_name, is_matmul_like
 
 __all__ = ["FusionGroup", "fuse", "node_class", "view_root", "escapes"]
@@ -55,7 +54,7 @@ _VIEW_EXTRA = frozenset({"aten::_unsafe_view", "aten::reshape", "aten::alias", "
 
 def node_class(node: fx.Node) -> str:
     """What kind of work a node is: view, matmul, softmax, norm, reduction, pointwise,
-    opaque, fallback, or io (placeholders, outputs, attributes, symbolic scalars)."""
+    opaque, or io (placeholders, outputs, attributes, symbolic scalars)."""
     if node.op != "call_function":
         return "io"
     target = node.target
@@ -66,8 +65,6 @@ def node_class(node: fx.Node) -> str:
     name = base_name(target._schema.name)
     if target.is_view or name in _VIEW_EXTRA:
         return "view"
-    if name in recording.fallback_ops or target._schema.name in recording.fallback_ops:
-        return "fallback"
     if is_matmul_like(name):
         return "matmul"
     if name == _SOFTMAX:
@@ -94,7 +91,7 @@ class FusionGroup:
     """One kernel: FX nodes that run as one program, with what crosses its boundary."""
 
     index: int
-    kind: str                                   # matmul, attention, norm, reduction, pointwise, opaque, fallback
+    kind: str                                   # matmul, attention, norm, reduction, pointwise, opaque
     nodes: list = field(default_factory=list)   # FX node names, compute nodes and absorbed views
     inputs: list = field(default_factory=list)  # external nodes read (view roots, in order)
     outputs: list = field(default_factory=list)  # member nodes whose values leave the kernel
@@ -144,7 +141,7 @@ class _Partitioner:
             if not self.enabled:
                 self._new_group(node, cls)
                 continue
-            prologues = self._prologues(node) if cls not in ("opaque", "fallback") else []
+            prologues = self._prologues(node) if cls != "opaque" else []
             target = self._candidate(node, prologues)
             if target is None or not self._join(target, node, cls):
                 self._new_group(node, cls)
@@ -204,7 +201,7 @@ class _Partitioner:
 
     def _join(self, group: FusionGroup, node: fx.Node, cls: str) -> bool:
         kind = group.kind
-        if kind in ("opaque", "fallback") or cls in ("opaque", "fallback"):
+        if "opaque" in (kind, cls):
             return False
         if kind in ("matmul", "attention"):
             ok = self._join_matmul(group, node, cls)

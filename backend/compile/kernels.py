@@ -17,7 +17,7 @@ import torch
 from torch import fx
 from torch.utils._pytree import tree_leaves
 
-from backend.device.recording import make_record
+from backend.recording import make_record
 from backend.sim.flops import op_min_bytes, storage_bytes
 from backend.sim.descriptors import OpRecord, TensorDesc
 
@@ -43,10 +43,6 @@ class KernelSpec:
     # in this kernel or None (read from HBM); for each output, whether it is stored to HBM
     inputs_from: tuple = ()
     outputs_to_hbm: tuple = ()
-
-    @property
-    def fallback(self) -> bool:
-        return self.kind == "fallback"
 
     @property
     def hbm_bytes_unfused(self) -> int:

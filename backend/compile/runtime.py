@@ -13,12 +13,12 @@ from __future__ import annotations
 import torch
 from torch import fx
 
-from backend.device import recording
-from backend.device.dispatch import SIMULATED_DEVICE_TYPES
+from backend import recording
+from backend.recording import SIMULATED_DEVICE_TYPES
 
 from .feed import feed_kernel
 from .kernels import ValueCapture, build_kernels, has_symbolic_shapes
-from .registry import CompiledPartInfo
+from .graph_log import CompiledPartInfo
 
 __all__ = ["CompiledPart", "place_on_host"]
 

@@ -1,10 +1,14 @@
 """PyTorch integration: the ``neuron`` device (PrivateUse1), host fallback accounting,
-allocator statistics and the ``torch.neuron`` module."""
-from . import recording
+allocator statistics and the ``torch.neuron`` module.
+
+Ops run here are reported to the op stream one layer down (``backend.recording``); ``op_stream``
+tells that layer the selected target and the hardware-numerics tags.
+"""
+from . import op_stream  # noqa: F401  (registers with backend.recording on import)
 from .registration import is_registered, register
 from .tensor import DeviceTensor
 
-__all__ = ["register", "is_registered", "recording", "DeviceTensor", "set_target", "get_target"]
+__all__ = ["register", "is_registered", "DeviceTensor", "set_target", "get_target"]
 
 
 def set_target(name="trn2"):

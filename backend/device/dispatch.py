@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from . import numerics, recording
+from backend import recording
+from backend.recording import SIMULATED_DEVICE_TYPES
+
+from . import numerics
 from .tensor import DeviceTensor, carry_math_bits, wrap
 
 __all__ = ["dispatch", "CROSS_DEVICE_OPS", "SIMULATED_DEVICE_TYPES"]
@@ -21,7 +24,6 @@ CROSS_DEVICE_OPS = frozenset({
     aten._copy_from_and_resize.default, aten.index.Tensor, aten.index_put_.default,
     aten.index_put.default, aten._index_put_impl_.default, aten.lift_fresh.default,
 })
-SIMULATED_DEVICE_TYPES = {"neuron"}   # "cuda" joins while CUDA emulation is on
 _HOST = torch.device("cpu")
 _MUTATES: dict = {}                   # op -> whether it may return one of its arguments
 

@@ -48,7 +48,8 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
 def _copy_from(self, dst, non_blocking=False):
     # Reached when PyTorch copies host data into a device tensor with Python dispatch
     # excluded (torch.tensor(..., device=...)); a plain host-to-device transfer.
-    from . import recording
+    from backend import recording
+
     from .tensor import unwrap_to_host
 
     host_dst = unwrap_to_host(dst)

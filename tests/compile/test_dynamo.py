@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import backend.compile
-from backend.device import recording
+from backend import recording
 from backend.sim.gpu.session import GpuSession
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from backend.compile.feed import feed_kernel
-from backend.device import recording
+from backend import recording
 from backend.lowering import EagerSession
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import backend.compile
-from backend.device import recording
+from backend import recording
 from backend.lowering import EagerSession
 from backend.sim.gpu.session import GpuSession
 from benchmarks.compile_bench import Block

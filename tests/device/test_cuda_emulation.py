@@ -6,7 +6,8 @@ import sys
 import pytest
 import torch
 
-from backend.device import dispatch, memory, recording
+from backend import recording
+from backend.device import memory
 from backend.device.cuda_emulation import disable, emulate_cuda, enable, guard, is_enabled
 from backend.device.tensor import DeviceTensor
 from backend.sim.gpu import derive, get_gpu
@@ -33,7 +34,7 @@ def _torch_state() -> dict:
     state["dispatch tables"] = {op: torch._C._dispatch_dump_table(op) for op in DUMPED_OPS}
     state["AutocastPrivateUse1 fallback"] = torch._C._dispatch_has_backend_fallback(
         torch._C.DispatchKey.AutocastPrivateUse1)
-    state["simulated types"] = set(dispatch.SIMULATED_DEVICE_TYPES)
+    state["simulated types"] = set(recording.SIMULATED_DEVICE_TYPES)
     state["pools"] = dict(memory._POOLS)
     state["sinks"] = list(recording._sinks)
     state["cuda guard slot"] = guard.slot_value()

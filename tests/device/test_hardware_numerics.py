@@ -30,7 +30,7 @@ def test_elementwise_unaffected(neuron):
 
 
 def test_records_say_autocast_so_the_simulator_uses_the_bf16_rate(neuron):
-    from backend.device import recording
+    from backend import recording
 
     class Sink:
         records = []

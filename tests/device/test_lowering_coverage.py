@@ -12,7 +12,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from test_models import RNNHead
 
-from backend.device import numerics, recording
+from backend import recording
+from backend.device import numerics
 from backend.lowering import lower
 
 # Ops these steps may leave on the host, with the reason. Empty: every op the five models use

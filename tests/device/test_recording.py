@@ -1,7 +1,8 @@
-"""The device's event stream: one OpRecord per executed op, nothing dropped."""
+"""The op stream (backend.recording): one OpRecord per executed op, nothing dropped."""
+import pytest
 import torch
 
-from backend.device import recording
+from backend import recording
 
 
 class ListSink:
@@ -66,3 +67,28 @@ def test_training_step_records_every_op(neuron):
     forward = [r for r in sink.records if r.name in ("aten::addmm", "aten::relu")]
     # Forward ops point at the user's line; backward ops run in autograd's engine (no frame).
     assert all(r.source.startswith(__file__) for r in forward)
+
+
+def test_the_stream_reports_the_target_the_device_selected(neuron):
+    # compile sizes fusion and costs kernels by this target without importing the device
+    torch.neuron.set_target("trn1")
+    assert recording.current_target() is torch.neuron.get_target()
+    assert recording.current_target().name == "trn1"
+
+
+def test_a_record_tagger_adds_attrs_and_is_registered_once(neuron):
+    def tag(func, host_inputs):
+        return {"seen_by_test": True} if func is torch.ops.aten.neg.default else None
+
+    recording.record_tagger(tag)
+    try:
+        with pytest.raises(RuntimeError, match="already registered"):
+            recording.record_tagger(tag)
+        sink = ListSink()
+        x = torch.ones(3, device="neuron")
+        with recording.recording(sink):
+            -x
+            x + 1
+        assert [r.attrs.get("seen_by_test") for r in sink.records] == [True, None]
+    finally:
+        recording._taggers.remove(tag)

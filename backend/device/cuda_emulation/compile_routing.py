@@ -5,6 +5,10 @@ cannot run (and crash on the emulated tensors). Under emulation a default-backen
 to the workbench's ``neuron`` backend (backend/compile), which runs the graph on the device
 tensors and feeds the simulator sessions; other backends ("eager", "aot_eager", callables) are
 left alone. Without the neuron backend, ``torch.compile`` raises a clear error up front.
+
+The device does not import the compile layer (they are peers): the backend is named by the
+string torch registers it under, and its supported modes are read off what torch resolves
+that name to.
 """
 from __future__ import annotations
 
@@ -14,19 +18,25 @@ import torch
 
 from .patcher import Patcher
 
-__all__ = ["install", "routed_backend"]
+__all__ = ["install", "routed_backend", "ROUTED_BACKEND"]
 
 log = logging.getLogger(__name__)
 _DEFAULT = "inductor"
+ROUTED_BACKEND = "neuron"   # Inductor would generate Triton kernels for a GPU this build lacks
 
 
-def routed_backend() -> str:
-    """The backend a default ``torch.compile`` uses under emulation (registering it if needed)."""
-    # Inductor would generate Triton kernels for a GPU this CPU-only build does not have.
-    from backend.compile import BACKEND_NAME, register
+def routed_backend():
+    """The compiler function a default ``torch.compile`` uses under emulation, looked up by name."""
+    from torch._dynamo.backends.registry import lookup_backend
+    from torch._dynamo.exc import InvalidBackend
 
-    register()
-    return BACKEND_NAME
+    try:
+        return lookup_backend(ROUTED_BACKEND)
+    except InvalidBackend:
+        raise RuntimeError(
+            f"torch.compile under CUDA emulation uses the {ROUTED_BACKEND!r} backend instead of "
+            f"Inductor, but no backend of that name is registered: import workbench (or install "
+            f"the package, whose entry point declares it)") from None
 
 
 def install(patcher: Patcher) -> None:
@@ -34,17 +44,15 @@ def install(patcher: Patcher) -> None:
 
     def compile(model=None, *, backend=_DEFAULT, mode=None, options=None, **kwargs):
         if backend == _DEFAULT:
-            backend = routed_backend()
+            supported_modes = getattr(routed_backend(), "supported_modes", ())
+            backend = ROUTED_BACKEND
             if options:
                 log.warning("torch.compile options %s are Inductor's; ignored under CUDA emulation", options)
                 options = None
-            if mode is not None:
-                from backend.compile import SUPPORTED_MODES
-
-                if mode not in SUPPORTED_MODES:
-                    log.warning("torch.compile mode %r is not supported by the %s backend; ignored",
-                                mode, backend)
-                    mode = None
+            if mode is not None and mode not in supported_modes:
+                log.warning("torch.compile mode %r is not supported by the %s backend; ignored",
+                            mode, backend)
+                mode = None
         return original(model, backend=backend, mode=mode, options=options, **kwargs)
 
     compile.__doc__ = original.__doc__

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import recording
+from backend import recording
+
 from ..memory import DeviceMemory, memory_for
 
 __all__ = ["EmulatedDevice", "EmulatedDeviceProperties", "GPU_MODELS", "active", "set_active"]

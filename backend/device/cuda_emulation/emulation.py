@@ -16,7 +16,9 @@ import threading
 
 import torch
 
-from .. import dispatch, memory, neuron_module, recording
+from backend import recording
+
+from .. import memory, neuron_module
 from ..factories import register_factories, unregister_factories
 from ..registration import register
 from . import autocast, compile_routing, cuda_api, guard, tensors
@@ -72,7 +74,7 @@ def _apply(patcher: Patcher, device: EmulatedDevice, backing: torch.device) -> N
     patcher.on_restore("c10 CUDA device guard", guard.uninstall)
     register_factories("CUDA")
     patcher.on_restore("aten CUDA allocators", lambda: unregister_factories("CUDA"))
-    patcher.add(dispatch.SIMULATED_DEVICE_TYPES, "cuda", "SIMULATED_DEVICE_TYPES")
+    patcher.add(recording.SIMULATED_DEVICE_TYPES, "cuda", "SIMULATED_DEVICE_TYPES")
     # Wrappers are counted in the books of the device type they were made for (allocations
     # inside C++ name the backing device), so both names must find the emulated device's
     # books. Select the neuron target first: selecting it later would reconfigure these.

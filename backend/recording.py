@@ -1,29 +1,42 @@
-"""The event stream of the device: one OpRecord per aten op executed on a simulated device.
+"""The op stream: records of what ran on a simulated device, and the sinks that consume them.
 
-Sinks (the simulator sessions) subscribe with ``recording(sink)``; with no sink the device
-builds no records at all, so recording costs nothing when nobody listens.
+This layer sits below both ``backend.device`` (which emits one OpRecord per eager aten op) and
+``backend.compile`` (which emits one per fused kernel); neither of those imports the other, they
+meet here. It imports torch and ``backend.sim`` only.
+
+- Sinks (the simulator sessions) subscribe with ``recording(sink)``; with no sink nobody builds
+  records at all, so recording costs nothing when nobody listens. ``suspended()`` hides ops
+  from the sinks (e.g. while a compiler traces them).
+- ``make_record``/``emit`` turn one executed op into an OpRecord. Layers above add attributes
+  they alone know (the device: hardware-numerics autocast) through ``@record_tagger``.
+- ``SIMULATED_DEVICE_TYPES`` names the device types whose ops are simulated (``neuron``, and
+  ``cuda`` while CUDA emulation is on); ``current_target()`` is the NeuronCore target the
+  simulated device models, as the device layer reports it through ``set_target_source``.
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
 import sys
+from typing import Callable
 
 import torch
 
 from backend.sim.descriptors import OpRecord, TensorDesc
+from backend.sim.presets import NeuronConfig, get_target
 
-from . import numerics
-
-__all__ = ["recording", "active_sinks", "suspended", "make_record", "describe", "fallback_ops"]
+__all__ = ["recording", "active_sinks", "suspended", "make_record", "emit", "tensor_desc",
+           "record_tagger", "SIMULATED_DEVICE_TYPES", "current_target", "set_target_source"]
 
 _sinks: list = []
 _suspend_depth = 0
 _counter = itertools.count()
 _SCALARS = (int, float, bool, str, type(None))
-fallback_ops: set[str] = set()   # aten names the device reports as host fallbacks
 # Ops whose schema does not say "view" but which only re-describe existing memory.
 ZERO_COPY_OPS = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "aten::_reshape_alias"})
+SIMULATED_DEVICE_TYPES = {"neuron"}   # "cuda" joins while CUDA emulation is on
+_taggers: list = []
+_target_source: list = [None]
 
 
 def active_sinks() -> list:
@@ -53,7 +66,32 @@ def suspended():
         _suspend_depth -= 1
 
 
-def describe(t: torch.Tensor) -> TensorDesc:
+def record_tagger(tagger: Callable) -> Callable:
+    """Register ``tagger(func, host_inputs) -> dict | None``: extra attrs for each record.
+
+    For facts the op stream cannot see itself, e.g. the device's hardware numerics running an
+    fp32 matmul at the bf16 rate. Registering the same tagger twice is an error.
+    """
+    if tagger in _taggers:
+        raise RuntimeError(f"record tagger {tagger.__qualname__} is already registered")
+    _taggers.append(tagger)
+    return tagger
+
+
+def set_target_source(source: Callable[[], NeuronConfig] | None) -> None:
+    """Tell the op stream where the simulated device's selected target comes from."""
+    _target_source[0] = source
+
+
+def current_target() -> NeuronConfig:
+    """The NeuronCore target the simulated device models now (the preset default until a
+    device layer has registered its selection with ``set_target_source``)."""
+    source = _target_source[0]
+    return source() if source is not None else get_target()
+
+
+def tensor_desc(t: torch.Tensor) -> TensorDesc:
+    """The simulator's descriptor of a tensor: shape, dtype name, strides (None if not strided)."""
     return TensorDesc(tuple(t.shape), str(t.dtype)[6:], tuple(t.stride()) if t.layout == torch.strided else None)
 
 
@@ -98,23 +136,23 @@ def make_record(func, args, kwargs, host_inputs, host_outputs, *, transfer=None,
         plain = _plain(value)
         if plain is not None:
             attrs[name] = plain
-    if numerics._enabled[0] and func in numerics.MATMUL_OPS and any(t.dtype == torch.float32 for t in host_inputs):
-        attrs["autocast"] = "bfloat16"   # hardware numerics: TensorE runs it at the bf16 rate
+    for tagger in _taggers:
+        attrs.update(tagger(func, host_inputs) or ())
     name = func._schema.name
     return OpRecord(
         index=next(_counter),
         name=name,
-        inputs=tuple(describe(t) for t in host_inputs),
-        outputs=tuple(describe(t) for t in host_outputs),
+        inputs=tuple(tensor_desc(t) for t in host_inputs),
+        outputs=tuple(tensor_desc(t) for t in host_outputs),
         attrs=attrs,
         is_view=func.is_view or name in ZERO_COPY_OPS,
-        fallback=name in fallback_ops,
         transfer=transfer,
         source=_source_line() if with_source else None,
     )
 
 
 def emit(func, args, kwargs, host_inputs, host_outputs, transfer=None) -> None:
+    """Feed the record of one executed op to every active sink."""
     for sink, with_source in active_sinks():
         sink.feed(make_record(func, args, kwargs, host_inputs, host_outputs,
                               transfer=transfer, with_source=with_source))

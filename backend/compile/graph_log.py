@@ -1,4 +1,4 @@
-"""What the ``neuron`` backend compiled, kept for inspection.
+"""The log of what the ``neuron`` backend compiled, kept for inspection.
 
 One ``CompiledGraphInfo`` per Dynamo graph (one frame's compile, or one piece between graph
 breaks). It holds its AOTAutograd parts (forward, backward, or inference), each with readable
@@ -14,21 +14,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import fx
 
+from .costing import KernelCost, cost_kernels
 from .fusion import node_class
 
-__all__ = ["CompiledGraphInfo", "CompiledPartInfo", "KernelCost", "compiled_graphs", "reset",
+__all__ = ["CompiledGraphInfo", "CompiledPartInfo", "compiled_graphs", "reset",
            "new_graph", "graph_breaks", "recompile_reasons"]
-
-
-@dataclass(slots=True)
-class KernelCost:
-    """Simulated cost of one kernel on the target it was costed on."""
-
-    name: str
-    kind: str
-    time_ns: float
-    hbm_bytes: int
-    launches: int = 1
 
 
 @dataclass
@@ -56,8 +46,6 @@ class CompiledPartInfo:
         """Kernel name -> KernelCost on the selected target, simulated on first access (empty
         until the kernels' shapes are known: after the first call for dynamic graphs)."""
         if self._costs is None and self._kernels:
-            from .costing import cost_kernels
-
             self._costs, self.target = cost_kernels(self._kernels)
         return self._costs or {}
 
