@@ -121,7 +121,7 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
     """
     try:
         out = None
-        if numerics._enabled[0]:
+        if numerics.SWITCH.enabled:
             out = numerics.maybe_autocast(func, host_args, host_kwargs)
         if out is None:
             out = func(*host_args, **host_kwargs)

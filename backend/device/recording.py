@@ -98,7 +98,7 @@ def make_record(func, args, kwargs, host_inputs, host_outputs, *, transfer=None,
         plain = _plain(value)
         if plain is not None:
             attrs[name] = plain
-    if numerics._enabled[0] and func in numerics.MATMUL_OPS and any(t.dtype == torch.float32 for t in host_inputs):
+    if numerics.hardware_numerics_enabled() and func in numerics.MATMUL_OPS and any(t.dtype == torch.float32 for t in host_inputs):
         attrs["autocast"] = "bfloat16"   # hardware numerics: TensorE runs it at the bf16 rate
     name = func._schema.name
     return OpRecord(

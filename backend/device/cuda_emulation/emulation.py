@@ -77,8 +77,8 @@ def _apply(patcher: Patcher, device: EmulatedDevice, backing: torch.device) -> N
     # inside C++ name the backing device), so both names must find the emulated device's
     # books. Select the neuron target first: selecting it later would reconfigure these.
     neuron_module.get_target()
-    patcher.setitem(memory._POOLS, "cuda", device.pool, "memory._POOLS")
-    patcher.setitem(memory._POOLS, "neuron", device.pool, "memory._POOLS")
+    patcher.setitem(memory.POOLS, "cuda", device.pool, "memory.POOLS")
+    patcher.setitem(memory.POOLS, "neuron", device.pool, "memory.POOLS")
     cuda_api.install(patcher)
     tensors.install(patcher, backing, device.reported)
     autocast.install(patcher, backing.type)
