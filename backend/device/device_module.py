@@ -16,7 +16,8 @@ import torch
 from .events import stream_api
 from .memory import DeviceMemory
 
-__all__ = ["DeviceModule", "DeviceModules", "DEVICE_MODULES", "device_index", "check_device", "AMP_DTYPES"]
+__all__ = ["DeviceModule", "DeviceModules", "DEVICE_MODULES", "device_index", "check_device", "AMP_DTYPES",
+           "REPORTED_AS", "reported_device"]
 
 # What autocast may cast to on a simulated device (TensorE and tensor cores both take these).
 AMP_DTYPES = (torch.float16, torch.bfloat16)
@@ -244,3 +245,16 @@ def check_device(device: torch.device) -> None:
     module = DEVICE_MODULES.get(device.type)
     if module is not None:
         module.index(device)
+
+
+# Device type -> the device that C++-named devices of that type stand for. CUDA emulation maps
+# "neuron" to cuda:0: emulated tensors live on the neuron device in C++, so C++ names neuron:0
+# when it allocates for them (``at::empty(options)``, ``_to_copy(device=...)`` in backward).
+REPORTED_AS: dict[str, torch.device] = {}
+
+
+def reported_device(device: torch.device) -> torch.device:
+    """The device a new tensor requested by C++ on ``device`` reports (index filled in)."""
+    if device.index is None:
+        device = torch.device(device.type, 0)
+    return REPORTED_AS.get(device.type, device) if device.index == 0 else device

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import numerics, recording
+from .device_module import reported_device
 from .tensor import DeviceTensor, wrap
 
 __all__ = ["dispatch", "CROSS_DEVICE_OPS", "SIMULATED_DEVICE_TYPES"]
@@ -104,7 +105,7 @@ def _dispatch_general(func, args, kwargs):
     host_kwargs = {}
     for key, value in kwargs.items():
         if key == "device" and value is not None:
-            target = torch.device(value)
+            target = reported_device(torch.device(value))
             host_kwargs[key] = _HOST if target.type in SIMULATED_DEVICE_TYPES else target
         else:
             host_kwargs[key] = unwrap(value)
