@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from backend.device import events, memory, neuron_module, numerics
-from backend.device.cuda_emulation import emulate_cuda
+from backend.device.cuda_emulation import emulate_cuda, enable, is_enabled
+from backend.device.cuda_emulation import emulation, guard
 from backend.device.device_module import DeviceModule, device_index
 
 NEURON_ORDINAL = r"neuron error: invalid device ordinal {} \(this machine has 1 NeuronCore: neuron:0\)"
@@ -105,6 +106,10 @@ def test_state_objects_reset(neuron):
     pools.reset()
     assert pools.get("neuron") is None
     assert memory.memory_for("neuron") is memory.POOLS["neuron"]
+
+    enable("h100")
+    emulation.PATCHES.reset()
+    assert not is_enabled() and not torch.cuda.is_available() and guard.slot_value() is None
 
 
 # -- AMP ------------------------------------------------------------------------------------------
