@@ -12,6 +12,7 @@ from backend import recording
 from backend.recording import SIMULATED_DEVICE_TYPES
 
 from . import numerics
+from .device_module import reported_device
 from .tensor import DeviceTensor, carry_math_bits, wrap
 
 __all__ = ["dispatch", "CROSS_DEVICE_OPS", "SIMULATED_DEVICE_TYPES"]
@@ -111,7 +112,7 @@ def _dispatch_general(func, args, kwargs):
     host_kwargs = {}
     for key, value in kwargs.items():
         if key == "device" and value is not None:
-            target = torch.device(value)
+            target = reported_device(torch.device(value))
             host_kwargs[key] = _HOST if target.type in SIMULATED_DEVICE_TYPES else target
         else:
             host_kwargs[key] = unwrap(value)
@@ -128,7 +129,7 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
     """
     try:
         out = None
-        if numerics._enabled[0]:
+        if numerics.SWITCH.enabled:
             out = numerics.maybe_autocast(func, host_args, host_kwargs)
         if out is None:
             out = func(*host_args, **host_kwargs)

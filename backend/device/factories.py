@@ -9,17 +9,17 @@ from math import prod
 
 import torch
 
+from .device_module import reported_device
 from .memory import memory_for
 from .tensor import wrap
 
-__all__ = ["register_factories"]
+__all__ = ["register_factories", "unregister_factories"]
 
 _libraries: dict = {}
 
 
 def _device_of(device) -> torch.device:
-    device = torch.device(device)
-    return device if device.index is not None else torch.device(device.type, 0)
+    return reported_device(torch.device(device))
 
 
 def _precheck(device: torch.device, nbytes: int) -> None:

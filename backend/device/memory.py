@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["DeviceMemory", "memory_for"]
+__all__ = ["DeviceMemory", "MemoryPools", "POOLS", "memory_for", "install_pool"]
 
 _MIB = 1 << 20
 _GIB = 1 << 30
@@ -134,20 +134,35 @@ def _fmt(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-_POOLS: dict = {}
+class MemoryPools(dict):
+    """The memory books of each simulated device type ("neuron", "cuda"), by device type.
+
+    A dict so that CUDA emulation can swap entries through its reversible ``Patcher``.
+    """
+
+    def install(self, device_type: str, capacity_bytes: int, describe: str) -> DeviceMemory:
+        """(Re)configure the pool of a device type, keeping live allocations when resized."""
+        pool = self.get(device_type)
+        if pool is None:
+            pool = self[device_type] = DeviceMemory(device_type, capacity_bytes, describe)
+        else:
+            pool.capacity_bytes = capacity_bytes
+            pool.describe = describe
+        return pool
+
+    def reset(self) -> None:
+        """Forget every pool (tests); the next device use installs fresh books."""
+        self.clear()
+
+
+POOLS = MemoryPools()
 
 
 def memory_for(device_type: str) -> DeviceMemory | None:
     """The memory books of a device type ("neuron" or "cuda"), if that device is active."""
-    return _POOLS.get(device_type)
+    return POOLS.get(device_type)
 
 
 def install_pool(device_type: str, capacity_bytes: int, describe: str) -> DeviceMemory:
     """(Re)configure the pool of a device type, keeping live allocations when resized."""
-    pool = _POOLS.get(device_type)
-    if pool is None:
-        pool = _POOLS[device_type] = DeviceMemory(device_type, capacity_bytes, describe)
-    else:
-        pool.capacity_bytes = capacity_bytes
-        pool.describe = describe
-    return pool
+    return POOLS.install(device_type, capacity_bytes, describe)

@@ -10,32 +10,48 @@ import contextlib
 
 import torch
 
-__all__ = ["set_hardware_numerics", "hardware_numerics_enabled", "hardware_numerics", "MATMUL_OPS", "maybe_autocast"]
+__all__ = ["set_hardware_numerics", "hardware_numerics_enabled", "hardware_numerics", "MATMUL_OPS", "maybe_autocast",
+           "HardwareNumericsSwitch", "SWITCH"]
 
 aten = torch.ops.aten
 MATMUL_OPS = frozenset({
     aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
     aten.convolution.default, aten.matmul.default, aten.linear.default,
 })
-_enabled = [False]
+
+
+class HardwareNumericsSwitch:
+    """Whether hardware numerics are on, process-wide. ``enabled`` is a plain attribute
+    because the device reads it once per op."""
+
+    __slots__ = ("enabled",)
+
+    def __init__(self) -> None:
+        self.enabled = False
+
+    def reset(self) -> None:
+        self.enabled = False
+
+
+SWITCH = HardwareNumericsSwitch()
 
 
 def set_hardware_numerics(enabled: bool = True) -> None:
-    _enabled[0] = bool(enabled)
+    SWITCH.enabled = bool(enabled)
 
 
 def hardware_numerics_enabled() -> bool:
-    return _enabled[0]
+    return SWITCH.enabled
 
 
 @contextlib.contextmanager
 def hardware_numerics(enabled: bool = True):
-    previous = _enabled[0]
-    _enabled[0] = bool(enabled)
+    previous = SWITCH.enabled
+    SWITCH.enabled = bool(enabled)
     try:
         yield
     finally:
-        _enabled[0] = previous
+        SWITCH.enabled = previous
 
 
 def _bf16(value):
@@ -48,7 +64,7 @@ def _bf16(value):
 
 def maybe_autocast(func, host_args: list, host_kwargs: dict):
     """Run ``func`` under hardware numerics if it applies; None means "run it normally"."""
-    if not _enabled[0] or func not in MATMUL_OPS:
+    if not SWITCH.enabled or func not in MATMUL_OPS:
         return None
     if not any(isinstance(a, torch.Tensor) and a.dtype == torch.float32 for a in host_args):
         return None

@@ -27,7 +27,7 @@ def register() -> None:
         return
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-    from . import neuron_module
+    from . import autocast, neuron_module
     from .factories import register_factories
 
     current = torch._C._get_privateuse1_backend_name()
@@ -42,4 +42,5 @@ def register() -> None:
     _setup_privateuseone_for_python_backend(rename=DEVICE_NAME, backend_module=neuron_module)
     sys.modules.setdefault(f"torch.{DEVICE_NAME}", neuron_module)
     register_factories("PrivateUse1")
+    autocast.register(DEVICE_NAME)
     _done = True

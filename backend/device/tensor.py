@@ -101,8 +101,12 @@ def _rebuild_tagged_tensor(tensor: torch.Tensor, requires_grad: bool = False):
 
 
 def wrap(inner: torch.Tensor, device: torch.device) -> DeviceTensor:
+    """The device tensor on ``device`` holding ``inner``'s values (every device tensor is
+    made here: factories, ``.to``, op outputs); raises for a device that does not exist."""
+    if device.index:   # None and 0 always exist; only other ordinals need the device count
+        check_device(device)
     out = DeviceTensor(inner, device)
-    pool = _POOLS.get(device.type)
+    pool = POOLS.get(device.type)
     if pool is not None:
         pool.track(inner)
     return out
@@ -114,7 +118,8 @@ def unwrap_to_host(t: torch.Tensor) -> torch.Tensor:
 
 
 from .dispatch import dispatch as _dispatch  # noqa: E402  (dispatch imports DeviceTensor)
-from .memory import _POOLS  # noqa: E402
+from .device_module import check_device  # noqa: E402
+from .memory import POOLS  # noqa: E402
 from .serialization import device_restored_for, mark_for_saving, register_serialization  # noqa: E402
 
 torch.serialization.add_safe_globals([_rebuild_device_tensor, _rebuild_tagged_tensor])

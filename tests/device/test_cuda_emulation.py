@@ -35,7 +35,7 @@ def _torch_state() -> dict:
     state["AutocastPrivateUse1 fallback"] = torch._C._dispatch_has_backend_fallback(
         torch._C.DispatchKey.AutocastPrivateUse1)
     state["simulated types"] = set(recording.SIMULATED_DEVICE_TYPES)
-    state["pools"] = dict(memory._POOLS)
+    state["pools"] = dict(memory.POOLS)
     state["sinks"] = list(recording._sinks)
     state["cuda guard slot"] = guard.slot_value()
     return state

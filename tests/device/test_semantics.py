@@ -183,7 +183,7 @@ def test_torch_neuron_module(neuron):
     assert nm.max_memory_allocated() == before
     assert nm.memory_stats()["allocated_bytes.all.current"] == before
     assert "memory summary" in nm.memory_summary()
-    with pytest.raises(RuntimeError, match="Invalid device ordinal"):
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
         nm.set_device(1)
 
 

@@ -16,9 +16,10 @@ import torch
 
 from backend import recording
 
+from ..events import simulated_clock_ns
 from ..memory import DeviceMemory, memory_for
 
-__all__ = ["EmulatedDevice", "EmulatedDeviceProperties", "GPU_MODELS", "active", "set_active"]
+__all__ = ["EmulatedDevice", "EmulatedDeviceProperties", "GPU_MODELS", "ACTIVE", "active", "set_active"]
 
 # What a real board of each preset reports: torch.cuda.get_device_name() and its compute capability.
 GPU_MODELS = {
@@ -114,17 +115,7 @@ class EmulatedDevice:
     # -- simulated time ------------------------------------------------------------------------
     def clock_ns(self) -> float:
         """Simulated time of the device: when everything issued so far has finished."""
-        session = self.session if self.session is not None else _recording_session()
-        if session is None:
-            raise RuntimeError(
-                "no simulator is recording this device's ops, so CUDA events have no clock: "
-                "enable(redirect=True, session=...) with a NeuronCore session, or run inside "
-                "workbench.profile(device='neuron')")
-        now = getattr(session, "now_ns", None)
-        if now is not None:
-            return float(now() if callable(now) else now)
-        ops = session.trace.ops
-        return ops[-1].end_ns if ops else 0.0
+        return simulated_clock_ns(self.session)
 
 
 def _gpu_pool(config, model_name: str) -> DeviceMemory:
@@ -135,22 +126,25 @@ def _gpu_pool(config, model_name: str) -> DeviceMemory:
     return pool
 
 
-def _recording_session():
-    for sink, _ in recording.active_sinks():
-        if hasattr(sink, "trace") or hasattr(sink, "now_ns"):
-            return sink
-    return None
+class ActiveDevice:
+    """The emulated device answering for ``torch.cuda`` (None while emulation is off)."""
+
+    def __init__(self) -> None:
+        self.device: EmulatedDevice | None = None
+
+    def reset(self) -> None:
+        self.device = None
 
 
-_ACTIVE: list = [None]
+ACTIVE = ActiveDevice()
 
 
 def active() -> EmulatedDevice:
-    device = _ACTIVE[0]
+    device = ACTIVE.device
     if device is None:
         raise RuntimeError("CUDA emulation is off: call backend.device.cuda_emulation.enable() first")
     return device
 
 
 def set_active(device: EmulatedDevice | None) -> None:
-    _ACTIVE[0] = device
+    ACTIVE.device = device

@@ -22,23 +22,35 @@ from .. import memory, neuron_module
 from ..factories import register_factories, unregister_factories
 from ..registration import register
 from . import autocast, compile_routing, cuda_api, guard, tensors
-from .device import EmulatedDevice, set_active
+from .device import ACTIVE, EmulatedDevice, set_active
 from .patcher import Patcher
 
 __all__ = ["enable", "disable", "is_enabled", "emulate_cuda", "current"]
 
 log = logging.getLogger(__name__)
 _lock = threading.RLock()
-_state: dict = {"device": None, "patcher": None}
+
+
+class EmulationPatches:
+    """The patches of the emulation that is on (None while off); ``reset()`` turns it off."""
+
+    def __init__(self) -> None:
+        self.patcher: Patcher | None = None
+
+    def reset(self) -> None:
+        disable()
+
+
+PATCHES = EmulationPatches()
 
 
 def is_enabled() -> bool:
-    return _state["device"] is not None
+    return PATCHES.patcher is not None
 
 
 def current() -> EmulatedDevice | None:
     """The emulated device while emulation is on (its ``session`` holds the simulated trace)."""
-    return _state["device"]
+    return ACTIVE.device
 
 
 def enable(preset="h100", redirect: bool = False, session=None) -> EmulatedDevice:
@@ -64,7 +76,7 @@ def enable(preset="h100", redirect: bool = False, session=None) -> EmulatedDevic
             patcher.restore()
             raise
         set_active(device)
-        _state.update(device=device, patcher=patcher)
+        PATCHES.patcher = patcher
         log.info("CUDA emulation on: %s (%d patches)", device.name, len(patcher))
         return device
 
@@ -79,8 +91,8 @@ def _apply(patcher: Patcher, device: EmulatedDevice, backing: torch.device) -> N
     # inside C++ name the backing device), so both names must find the emulated device's
     # books. Select the neuron target first: selecting it later would reconfigure these.
     neuron_module.get_target()
-    patcher.setitem(memory._POOLS, "cuda", device.pool, "memory._POOLS")
-    patcher.setitem(memory._POOLS, "neuron", device.pool, "memory._POOLS")
+    patcher.setitem(memory.POOLS, "cuda", device.pool, "memory.POOLS")
+    patcher.setitem(memory.POOLS, "neuron", device.pool, "memory.POOLS")
     cuda_api.install(patcher)
     tensors.install(patcher, backing, device.reported)
     autocast.install(patcher, backing.type)
@@ -94,11 +106,11 @@ def _apply(patcher: Patcher, device: EmulatedDevice, backing: torch.device) -> N
 def disable() -> None:
     """Undo every change ``enable()`` made. Tensors made while on stay valid (on neuron:0)."""
     with _lock:
-        patcher = _state["patcher"]
+        patcher = PATCHES.patcher
         if patcher is None:
             return
         set_active(None)
-        _state.update(device=None, patcher=None)
+        PATCHES.patcher = None
         patcher.restore()
         log.info("CUDA emulation off")
 

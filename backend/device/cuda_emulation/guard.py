@@ -19,12 +19,27 @@ import threading
 
 import torch
 
-__all__ = ["install", "uninstall", "is_installed", "slot_value"]
+__all__ = ["install", "uninstall", "is_installed", "slot_value", "GuardSlot", "SLOT"]
 
 _REGISTRY_SYMBOL = "_ZN3c104impl26device_guard_impl_registryE"
 _DeviceType = torch._C._autograd.DeviceType
 _lock = threading.Lock()
-_state: dict = {"guard": None, "pointer": None, "previous": None}
+
+
+class GuardSlot:
+    """Our guard (kept alive: C++ holds it), its C++ address, and what c10's CUDA slot held
+    before ``install()`` (None while not installed). ``reset()`` uninstalls."""
+
+    def __init__(self) -> None:
+        self.guard = None
+        self.pointer: int | None = None
+        self.previous: tuple | None = None
+
+    def reset(self) -> None:
+        uninstall()
+
+
+SLOT = GuardSlot()
 
 
 class _CudaGuard(torch._C._acc.DeviceGuard):
@@ -47,7 +62,7 @@ def _slot(device_type) -> ctypes.c_void_p:
 
 def _guard_pointer() -> int:
     """The C++ address of our guard, obtained once per process through PyTorch's registration."""
-    if _state["pointer"] is None:
+    if SLOT.pointer is None:
         pu1 = _slot(_DeviceType.PrivateUse1)
         saved = pu1.value
         guard = _CudaGuard()
@@ -61,12 +76,12 @@ def _guard_pointer() -> int:
         if not pointer:
             raise RuntimeError("registering the emulated CUDA device guard left no pointer; "
                                "this PyTorch version keeps device guards differently")
-        _state["guard"], _state["pointer"] = guard, pointer   # kept alive: C++ holds it
-    return _state["pointer"]
+        SLOT.guard, SLOT.pointer = guard, pointer   # kept alive: C++ holds it
+    return SLOT.pointer
 
 
 def is_installed() -> bool:
-    return _state["previous"] is not None
+    return SLOT.previous is not None
 
 
 def install() -> None:
@@ -79,7 +94,7 @@ def install() -> None:
             raise RuntimeError("this PyTorch build already has a CUDA device guard; CUDA "
                                "emulation is only for CPU-only builds")
         pointer = _guard_pointer()
-        _state["previous"] = (cuda.value,)
+        SLOT.previous = (cuda.value,)
         cuda.value = pointer
 
 
@@ -87,9 +102,9 @@ def uninstall() -> None:
     with _lock:
         if not is_installed():
             return
-        (previous,) = _state["previous"]
+        (previous,) = SLOT.previous
         _slot(_DeviceType.CUDA).value = previous
-        _state["previous"] = None
+        SLOT.previous = None
 
 
 def slot_value() -> int | None:

@@ -9,12 +9,17 @@ never CUDA, so the autograd engine finds no stream for CUDA nodes and fails ever
   already there comes back as itself (``x.to("cuda") is x``) and modules keep their parameters;
 - factory calls (``torch.zeros(..., device="cuda")``) reach the CUDA allocators registered for
   emulation, and ``DeviceTensor`` built for a cuda device is built on the backing device;
-- in emulation (not redirect) ``DeviceTensor.device`` reports ``cuda:0`` and ``is_cuda`` True.
+- in emulation (not redirect) every device tensor made while emulation is on reports
+  ``cuda:0`` and ``is_cuda`` True (C++ names the backing device for emulated tensors, e.g. in
+  ``at::empty(options)`` or a grouped ``x.device``, so neuron:0 there means the emulated GPU);
+  neuron tensors made before emulation keep reporting ``neuron:0`` (``.cuda()`` copies them),
+  so an op mixing the two raises PyTorch's "Expected all tensors to be on the same device".
 """
 from __future__ import annotations
 
 import torch
 
+from ..device_module import REPORTED_AS, check_device
 from ..tensor import DeviceTensor
 from .patcher import Patcher
 
@@ -30,15 +35,15 @@ def _is_cuda(value) -> bool:
 
 
 def _check_ordinal(value) -> None:
-    index = torch.device(value).index if not isinstance(value, int) else value
-    if index not in (None, 0):
-        raise RuntimeError(f"CUDA error: invalid device ordinal {index} (the emulated machine has one GPU, cuda:0)")
+    check_device(torch.device("cuda", value) if isinstance(value, int) else torch.device(value))
 
 
 def install(patcher: Patcher, backing: torch.device, reported: torch.device) -> None:
     """Route "cuda" to ``backing`` (neuron:0); make device tensors report ``reported``."""
+    emulating = reported.type == "cuda"
 
     def to(self, *args, **kwargs):
+        requested = kwargs.get("device", args[0] if args else None)
         if args and _is_cuda(args[0]):
             _check_ordinal(args[0])
             args = (backing, *args[1:])
@@ -46,26 +51,46 @@ def install(patcher: Patcher, backing: torch.device, reported: torch.device) -> 
         if device is not None and _is_cuda(device):
             _check_ordinal(device)
             kwargs["device"] = backing
-        return _to(self, *args, **kwargs)
+        out = _to(self, *args, **kwargs)
+        return _as_cuda(out, self, args, kwargs) if emulating and _is_cuda(requested) else out
+
+    def _as_cuda(out, source, args, kwargs):
+        # A neuron tensor and an emulated cuda tensor are one C++ device, so C++ hands back
+        # ``source`` for a move between them: make that move a copy reporting cuda.
+        if out.__class__ is not DeviceTensor or out._reports_cuda:
+            return out
+        if out is source:
+            out = _to(source, *args, **{**kwargs, "copy": True})
+        out._reports_cuda = True
+        return out
 
     def cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
         if device is not None:
             _check_ordinal(device)
-        return _to(self, backing, non_blocking=non_blocking, memory_format=memory_format)
+        out = _to(self, backing, non_blocking=non_blocking, memory_format=memory_format)
+        return _as_cuda(out, self, (backing,), {"non_blocking": non_blocking,
+                                                "memory_format": memory_format}) if emulating else out
 
     original_new = vars(DeviceTensor)["__new__"].__func__
 
     def new(cls, inner, device, requires_grad=False):
         # Wrappers are re-made with the device they report (dispatch, unflatten, factories);
         # a cuda one is built on the backing device.
-        if _is_cuda(device):
-            device = backing
-        return original_new(cls, inner, device, requires_grad)
+        cuda = _is_cuda(device)
+        out = original_new(cls, inner, backing if cuda else device, requires_grad)
+        if cuda:
+            out._reports_cuda = True
+        return out
 
     to.__doc__ = _to.__doc__
     patcher.setattr(torch.Tensor, "to", to)
     patcher.setattr(torch.Tensor, "cuda", cuda)
     patcher.setattr(DeviceTensor, "__new__", staticmethod(new))
-    if reported.type == "cuda":
-        patcher.setattr(DeviceTensor, "device", property(lambda self: reported))
-        patcher.setattr(DeviceTensor, "is_cuda", property(lambda self: True))
+    if emulating:
+        # C++ allocates on the backing device for emulated tensors (``at::empty(options)``),
+        # so while emulating, an allocation there is an emulated-cuda tensor.
+        patcher.setitem(REPORTED_AS, backing.type, reported, "REPORTED_AS")
+        patcher.setattr(DeviceTensor, "_reports_cuda", False)
+        patcher.setattr(DeviceTensor, "device", property(
+            lambda self: reported if self._reports_cuda else backing))
+        patcher.setattr(DeviceTensor, "is_cuda", property(lambda self: self._reports_cuda))
