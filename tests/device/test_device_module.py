@@ -146,7 +146,7 @@ class _Clock:
 
 
 def test_neuron_events_read_the_recording_simulator_clock(neuron):
-    from backend.device import recording
+    from backend import recording
 
     x = torch.ones(4, device="neuron")
     start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
