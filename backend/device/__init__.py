@@ -1,5 +1,7 @@
 """PyTorch integration: the ``neuron`` device (PrivateUse1), host fallback accounting,
 allocator statistics and the ``torch.neuron`` module."""
+from backend.sim.presets import DEFAULT_NEURON_TARGET
+
 from . import recording
 from .registration import is_registered, register
 from .tensor import DeviceTensor
@@ -7,7 +9,7 @@ from .tensor import DeviceTensor
 __all__ = ["register", "is_registered", "recording", "DeviceTensor", "set_target", "get_target"]
 
 
-def set_target(name="trn2"):
+def set_target(name=DEFAULT_NEURON_TARGET):
     """Select the simulated NeuronCore target (``trn1``, ``trn2``, ``trn3`` or a derived config)."""
     from .neuron_module import set_target as _set
 

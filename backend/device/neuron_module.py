@@ -23,7 +23,7 @@ __all__ = [
     "set_hardware_numerics", "hardware_numerics_enabled", "hardware_numerics",
 ]
 
-DEFAULT_TARGET = "trn2"
+from backend.sim.presets import DEFAULT_NEURON_TARGET as DEFAULT_TARGET
 _state = {"target": None}
 
 

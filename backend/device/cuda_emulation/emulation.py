@@ -16,6 +16,8 @@ import threading
 
 import torch
 
+from backend.sim.presets import DEFAULT_GPU_TARGET
+
 from .. import dispatch, memory, neuron_module, recording
 from ..factories import register_factories, unregister_factories
 from ..registration import register
@@ -39,7 +41,7 @@ def current() -> EmulatedDevice | None:
     return _state["device"]
 
 
-def enable(preset="h100", redirect: bool = False, session=None) -> EmulatedDevice:
+def enable(preset=DEFAULT_GPU_TARGET, redirect: bool = False, session=None) -> EmulatedDevice:
     """Make CUDA-written code run on a simulated device in this CPU-only PyTorch.
 
     preset: GPU cost-model preset ("a100", "h100", "h200" or a GpuConfig) when emulating.
@@ -102,7 +104,7 @@ def disable() -> None:
 
 
 @contextlib.contextmanager
-def emulate_cuda(preset="h100", redirect: bool = False, session=None):
+def emulate_cuda(preset=DEFAULT_GPU_TARGET, redirect: bool = False, session=None):
     """``with emulate_cuda("h100"):`` run CUDA-written code on the emulated device."""
     device = enable(preset, redirect, session)
     try:
