@@ -5,6 +5,7 @@ import torch
 from IPython.core import magic_arguments
 from IPython.core.magic import Magics, line_magic, magics_class
 
+from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET
 from extensions.common import parse, show_profile, usage_error
 from workbench.devices import available
 from workbench.migration import DEFAULT_DRIFT_THRESHOLD, migration_report_for
@@ -25,10 +26,10 @@ class MigrateMagics(Magics):
     @magic_arguments.argument("model", help="name of the nn.Module in the notebook")
     @magic_arguments.argument("inputs", help="name of its example inputs: a tensor, a tuple of arguments or a "
                               "dict of keyword arguments (dim 0 of the first tensor is the batch)")
-    @magic_arguments.argument("-t", "--target", default="trn2", choices=_KNOWN["neuron"],
-                              help="NeuronCore to move to (default: trn2)")
-    @magic_arguments.argument("-b", "--baseline", default="h100", choices=_KNOWN["cuda"],
-                              help="GPU to compare with (default: h100)")
+    @magic_arguments.argument("-t", "--target", default=DEFAULT_NEURON_TARGET, choices=_KNOWN["neuron"],
+                              help="NeuronCore to move to (default: %(default)s)")
+    @magic_arguments.argument("-b", "--baseline", default=DEFAULT_GPU_TARGET, choices=_KNOWN["cuda"],
+                              help="GPU to compare with (default: %(default)s)")
     @magic_arguments.argument("--inference", action="store_true",
                               help="forward only (default: a training step: forward, backward, Adam)")
     @magic_arguments.argument("--batch-sizes", type=_batch_sizes, metavar="B,B,...",

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET
+
 __all__ = ["DEVICES", "DeviceState", "set_device", "use_device", "active_device", "move", "available"]
 
 DEVICES = ("cpu", "neuron", "cuda")
@@ -63,12 +65,12 @@ def set_device(device: str, target: str | None = None, *, redirect: bool = False
     if redirect and device != "cuda":
         raise ValueError("redirect applies to cuda only (CUDA-written code run on neuron)")
     if device == "neuron":
-        config = set_target(target or "trn2")      # validates before anything changes
+        config = set_target(target or DEFAULT_NEURON_TARGET)      # validates before anything changes
         target = config.name
     elif device == "cuda":
         from backend.sim.gpu import get_gpu
 
-        target = get_gpu(target or "h100").name
+        target = get_gpu(target or DEFAULT_GPU_TARGET).name
     if cuda_emulation.is_enabled():
         cuda_emulation.disable()
     if device == "cuda":

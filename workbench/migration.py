@@ -57,7 +57,7 @@ import pandas as pd
 import torch
 
 from backend.sim.gpu import get_gpu
-from backend.sim.presets import get_target
+from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET, get_target
 from workbench.format import fmt_bytes, fmt_time_s
 from workbench.migration_compile import CompileReadiness, compile_readiness
 from workbench.migration_memory import MemoryFit, fit_memory, measure_memory
@@ -210,7 +210,7 @@ def migration_report_for(namespace: dict, model: str = "model", inputs: str = "x
     return migration_report(net, lookup(inputs, "inputs"), **options)
 
 
-def migration_report(model: torch.nn.Module, example_inputs, target="trn2", baseline: str = "h100", *,
+def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEURON_TARGET, baseline: str = DEFAULT_GPU_TARGET, *,
                      training: bool = True, batch_sizes=None, drift_threshold: float = DEFAULT_DRIFT_THRESHOLD,
                      loss_fn=None, optimizer=None, compile: bool = True) -> MigrationReport:
     """Report what moving ``model`` from ``baseline`` (a GPU preset) to ``target`` would take.

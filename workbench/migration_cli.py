@@ -29,6 +29,7 @@ def _batch_sizes(text: str) -> list[int]:
 
 
 def add_migrate_parser(sub) -> argparse.ArgumentParser:
+    from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET
     from workbench.migration_numerics import DEFAULT_DRIFT_THRESHOLD
 
     p = sub.add_parser("migrate", help="report what moving a script's model from a GPU to Trainium would take")
@@ -36,8 +37,8 @@ def add_migrate_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--model-var", default="model", help="name of the nn.Module in the script (default: model)")
     p.add_argument("--inputs-var", default="x",
                    help="name of the example inputs: a tensor, a tuple of arguments or a dict (default: x)")
-    p.add_argument("--target", default="trn2", help="NeuronCore preset (default: trn2)")
-    p.add_argument("--baseline", default="h100", help="GPU preset to compare with (default: h100)")
+    p.add_argument("--target", default=DEFAULT_NEURON_TARGET, help="NeuronCore preset (default: %(default)s)")
+    p.add_argument("--baseline", default=DEFAULT_GPU_TARGET, help="GPU preset to compare with (default: %(default)s)")
     p.add_argument("--inference", action="store_true", help="forward only (default: a training step with Adam)")
     p.add_argument("--batch-sizes", type=_batch_sizes, metavar="B,B,...", help="batch sizes for the memory table")
     p.add_argument("--drift-threshold", type=float, default=DEFAULT_DRIFT_THRESHOLD,

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from backend.compile import compiled_graphs, register as register_compile_backend
+from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET
 from workbench.profiles import Profile
 
 __all__ = ["profile", "ProfileSession", "SIMULATED_DEVICES", "DEFAULT_TARGETS", "make_sink", "default_device",
@@ -24,7 +25,7 @@ __all__ = ["profile", "ProfileSession", "SIMULATED_DEVICES", "DEFAULT_TARGETS", 
 log = logging.getLogger(__name__)
 
 SIMULATED_DEVICES = ("neuron", "cuda")
-DEFAULT_TARGETS = {"neuron": "trn2", "cuda": "h100"}
+DEFAULT_TARGETS = {"neuron": DEFAULT_NEURON_TARGET, "cuda": DEFAULT_GPU_TARGET}
 
 
 def make_sink(device: str, target: str | None = None):

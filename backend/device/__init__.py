@@ -4,6 +4,8 @@ allocator statistics and the ``torch.neuron`` module.
 Ops run here are reported to the op stream one layer down (``backend.recording``); ``op_stream``
 tells that layer the selected target and the hardware-numerics tags.
 """
+from backend.sim.presets import DEFAULT_NEURON_TARGET
+
 from . import op_stream  # noqa: F401  (registers with backend.recording on import)
 from .registration import is_registered, register
 from .tensor import DeviceTensor
@@ -11,7 +13,7 @@ from .tensor import DeviceTensor
 __all__ = ["register", "is_registered", "DeviceTensor", "set_target", "get_target"]
 
 
-def set_target(name="trn2"):
+def set_target(name=DEFAULT_NEURON_TARGET):
     """Select the simulated NeuronCore target (``trn1``, ``trn2``, ``trn3`` or a derived config)."""
     from .neuron_module import set_target as _set
 

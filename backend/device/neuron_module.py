@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 import torch
 
+from backend.sim.presets import DEFAULT_NEURON_TARGET as DEFAULT_TARGET
+
 from .device_module import DEVICE_MODULES, DeviceModule
 from .events import simulated_clock_ns
 from .memory import install_pool, memory_for
 from .numerics import hardware_numerics, hardware_numerics_enabled, set_hardware_numerics
-
-DEFAULT_TARGET = "trn2"
 
 
 class TargetSelection:

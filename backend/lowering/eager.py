@@ -14,7 +14,7 @@ from backend.lowering.registry import is_free_op, lowering_for
 from backend.sim.descriptors import OpRecord
 from backend.sim.flops import base_name
 from backend.sim.ir import Program
-from backend.sim.presets import NeuronConfig, get_target
+from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
 
 __all__ = ["lower", "lower_into", "HOST_ONLY_OPS"]
 
@@ -53,7 +53,7 @@ def lower_into(ctx: OpContext) -> bool:
     return True
 
 
-def lower(record: OpRecord, target: str | NeuronConfig = "trn2") -> Program:
+def lower(record: OpRecord, target: str | NeuronConfig = DEFAULT_NEURON_TARGET) -> Program:
     """The Program one eagerly executed op runs on ``target``."""
     t = get_target(target)
     if record.is_view:

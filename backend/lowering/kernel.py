@@ -16,7 +16,7 @@ from backend.lowering.eager import lower_into
 from backend.sim.flops import op_flops
 from backend.sim.descriptors import OpRecord
 from backend.sim.ir import Program
-from backend.sim.presets import NeuronConfig, get_target
+from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
 
 __all__ = ["lower_kernel", "RESIDENT_FRACTION"]
 
@@ -58,7 +58,7 @@ def _plan_residency(records: Sequence[OpRecord], links: Mapping, budget: int) ->
     return resident, spill
 
 
-def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronConfig = "trn2", *,
+def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronConfig = DEFAULT_NEURON_TARGET, *,
                  links: Mapping[Ref, Ref] | None = None, outputs: Collection[Ref] | None = None,
                  inputs_from: Sequence[Sequence] | None = None, outputs_to_hbm: Sequence[Sequence] | None = None,
                  nodes: Sequence[str] = ()) -> Program:

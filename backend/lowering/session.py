@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from backend.lowering.eager import lower
 from backend.sim.descriptors import OpRecord
 from backend.sim.ir import Program
-from backend.sim.presets import NeuronConfig, get_target
+from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
 from backend.sim.scheduler import Simulator
 from backend.sim.trace import OpSummary, Trace
 
@@ -20,7 +20,7 @@ class EagerSession:
     Program (a compiled kernel from ``lower_kernel``) on the same timeline.
     """
 
-    def __init__(self, target: str | NeuronConfig = "trn2", max_events: int = 200_000):
+    def __init__(self, target: str | NeuronConfig = DEFAULT_NEURON_TARGET, max_events: int = 200_000):
         self.target = get_target(target)
         self._sim = Simulator(self.target, max_events=max_events)
 
@@ -42,7 +42,7 @@ class EagerSession:
         self._sim.reset()
 
 
-def simulate(records: Iterable[OpRecord], target: str | NeuronConfig = "trn2", max_events: int = 200_000) -> Trace:
+def simulate(records: Iterable[OpRecord], target: str | NeuronConfig = DEFAULT_NEURON_TARGET, max_events: int = 200_000) -> Trace:
     """Lower and simulate a stream of eager ops; returns their trace."""
     session = EagerSession(target, max_events=max_events)
     for record in records:

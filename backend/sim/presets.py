@@ -1,20 +1,30 @@
-"""NeuronCore hardware presets: one frozen config per target, every number with its source.
+"""Hardware presets: the NeuronCore targets, and the one lookup for every kind of preset.
 
-Sources are NDOCS paths (AWS Neuron docs, ``awsdocs-neuron.readthedocs-hosted.com/en/latest/``)
-as collected in shared/hardware.md; each field carries its source in ``metadata["source"]``
-(``source_of(config, field)`` reads it). Numbers that no page publishes are marked
-``ASSUMPTION`` and say why the value was chosen. All figures are per NeuronCore: the
-simulator models one core, so chip figures are divided by physical cores per chip.
+Every preset class (:class:`NeuronConfig` here, ``backend.sim.gpu.GpuConfig``) is built on
+``backend.sim.spec``: typed frozen dataclasses whose fields carry a unit, a help text and a source
+(``config.explain("sbuf_bytes")``, ``print(config.table())``). :func:`get_target` finds any preset
+by name, :func:`kinds` and :func:`list_presets` list them, :func:`derive` makes what-ifs, and the
+default target of each kind is named once here.
+
+NeuronCore sources are NDOCS paths (AWS Neuron docs, ``awsdocs-neuron.readthedocs-hosted.com/en/
+latest/``) as collected in shared/hardware.md. All figures are per NeuronCore: the simulator models
+one core, so chip figures are divided by physical cores per chip.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+import importlib
+from dataclasses import dataclass
 
-__all__ = ["NeuronConfig", "TARGETS", "DEFAULT_TARGET", "get_target", "derive", "source_of",
-           "KiB", "MiB", "GiB"]
+from backend.sim.spec import ASSUMPTION, HardwareConfig, spec
+
+__all__ = ["NeuronConfig", "TARGETS", "DEFAULT_NEURON_TARGET", "DEFAULT_GPU_TARGET", "DEFAULT_TARGETS",
+           "kinds", "list_presets", "get_target", "derive", "KiB", "MiB", "GiB"]
 
 KiB, MiB, GiB = 1024, 1024 ** 2, 1024 ** 3
+
+DEFAULT_NEURON_TARGET = "trn2"
+DEFAULT_GPU_TARGET = "h100"
+DEFAULT_TARGETS = {"neuron": DEFAULT_NEURON_TARGET, "gpu": DEFAULT_GPU_TARGET}
 
 ARCH_V2 = "nki/guides/architecture/trainium_inferentia2_arch"
 ARCH_V3 = "nki/guides/architecture/trainium2_arch"
@@ -22,74 +32,114 @@ ARCH_V4 = "nki/guides/architecture/trainium3_arch"
 ISA = "general/nki/api/nki/isa/__init__.py (docstrings, Sep 2025)"
 DMA_OVERVIEW = "nki/get-started/about/nki-dma-overview"
 DMA_BW_GUIDE = "nki/deep-dives/nki-dma-bandwidth-guide"
-ASSUMPTION = "ASSUMPTION"
-
-
-def _f(default, source: str):
-    return field(default=default, metadata={"source": source})
+TRN2_PAGE = "about-neuron/arch/neuron-hardware/trainium2"
 
 
 @dataclass(frozen=True)
-class NeuronConfig:
+class NeuronConfig(HardwareConfig):
     """One NeuronCore's resources. Defaults are NC-v3 (trn2); other presets override."""
 
+    kind = "neuron"
     name: str = "trn2"
-    generation: str = _f("NC-v3", "about-neuron/arch/neuron-hardware/trainium2")
-    cores_per_chip: int = _f(8, "about-neuron/arch/neuron-hardware/trainium2 (8 physical; 4 logical at LNC=2)")
-    partitions: int = _f(128, ARCH_V3)
+    generation: str = spec("NC-v3", unit="", source=TRN2_PAGE, help="NeuronCore generation")
+    cores_per_chip: int = spec(8, unit="cores", source=TRN2_PAGE + " (8 physical; 4 logical at LNC=2)",
+                               help="physical NeuronCores per chip; chip figures are divided by it")
+    partitions: int = spec(128, unit="partitions", source=ARCH_V3,
+                           help="SBUF/PSUM partitions: the parallel (lane) axis of every engine")
 
     # -- TensorE: 128x128 systolic array; nc_matmul(stationary[K<=128, M<=128], moving[K, N<=512])
-    tensor_clock_hz: float = _f(2.4e9, ARCH_V3)
-    pe_rows: int = _f(128, ARCH_V3)
-    pe_cols: int = _f(128, ARCH_V3)
-    moving_free_max: int = _f(512, ISA + " nc_matmul")
-    stationary_free_max: int = _f(128, ISA + " nc_matmul")
-    # Matmul throughput relative to bf16 (cost divides by it): fp32 runs at 1/4 rate.
-    fp32_matmul_rate: float = _f(0.25, ISA + " nc_matmul (4x cycles for float32)")
-    fp8_matmul_rate: float = _f(2.0, ARCH_V3 + " (FP8 double-row: 158 vs 79 TFLOPS)")
+    tensor_clock_hz: float = spec(2.4e9, unit="Hz", source=ARCH_V3, help="TensorE clock")
+    pe_rows: int = spec(128, unit="PEs", source=ARCH_V3, help="systolic array rows (contraction K per pass)")
+    pe_cols: int = spec(128, unit="PEs", source=ARCH_V3, help="systolic array columns (stationary M)")
+    moving_free_max: int = spec(512, unit="elements", source=ISA + " nc_matmul",
+                                help="largest moving free size N of one nc_matmul")
+    stationary_free_max: int = spec(128, unit="elements", source=ISA + " nc_matmul",
+                                    help="largest stationary free size M of one nc_matmul")
+    fp32_matmul_rate: float = spec(0.25, unit="x bf16", source=ISA + " nc_matmul (4x cycles for float32)",
+                                   help="fp32 matmul throughput relative to bf16 (cost divides by it)")
+    fp8_matmul_rate: float = spec(2.0, unit="x bf16", source=ARCH_V3 + " (FP8 double-row: 158 vs 79 TFLOPS)",
+                                  help="fp8 matmul throughput relative to bf16 (cost divides by it)")
 
     # -- Vector / Scalar / GpSimd: lanes = partitions; rates in elements per partition per cycle
-    vector_clock_hz: float = _f(0.96e9, ARCH_V3)
-    vector_rate_2byte: float = _f(4.0, ARCH_V3 + " (512 bf16/fp16 elem/cycle over 128 lanes)")
-    vector_rate_4byte: float = _f(2.0, ARCH_V3 + " (256 elem/cycle over 128 lanes)")
-    scalar_clock_hz: float = _f(1.2e9, ARCH_V3)
-    scalar_rate_2byte: float = _f(1.0, ARCH_V3 + " (128 elem/cycle)")
-    gpsimd_clock_hz: float = _f(1.2e9, ARCH_V3)
-    gpsimd_rate: float = _f(1.0, ARCH_V2 + " (8 cores x 512-bit = 128 lanes)")
-    min_ii_cycles: int = _f(64, ISA + " (MIN_II ~ 64 engine cycles)")
-    access_overhead_cycles: int = _f(60, ARCH_V2 + " (~60 cycles static overhead per tensor access)")
-    dependency_overhead_cycles: int = _f(100, "shared/hardware.md instruction costs (+~100 cycles dependent instruction)")
-    # NC-v2 only: VectorE and GpSimdE share the SBUF port; VectorE and ScalarE share PSUM access.
-    vector_gpsimd_share_sbuf: bool = _f(False, ARCH_V3 + " (lifted on NC-v3)")
-    vector_scalar_share_psum: bool = _f(False, ARCH_V3 + " (lifted on NC-v3)")
+    vector_clock_hz: float = spec(0.96e9, unit="Hz", source=ARCH_V3, help="VectorE clock")
+    vector_rate_2byte: float = spec(4.0, unit="elem/partition/cycle",
+                                    source=ARCH_V3 + " (512 bf16/fp16 elem/cycle over 128 lanes)",
+                                    help="VectorE streaming rate for 2-byte dtypes")
+    vector_rate_4byte: float = spec(2.0, unit="elem/partition/cycle",
+                                    source=ARCH_V3 + " (256 elem/cycle over 128 lanes)",
+                                    help="VectorE streaming rate for 4-byte dtypes")
+    scalar_clock_hz: float = spec(1.2e9, unit="Hz", source=ARCH_V3, help="ScalarE clock")
+    scalar_rate_2byte: float = spec(1.0, unit="elem/partition/cycle", source=ARCH_V3 + " (128 elem/cycle)",
+                                    help="ScalarE streaming rate for 2-byte dtypes")
+    gpsimd_clock_hz: float = spec(1.2e9, unit="Hz", source=ARCH_V3, help="GpSimdE clock")
+    gpsimd_rate: float = spec(1.0, unit="elem/partition/cycle", source=ARCH_V2 + " (8 cores x 512-bit = 128 lanes)",
+                              help="GpSimdE streaming rate")
+    min_ii_cycles: int = spec(64, unit="cycles", source=ISA + " (MIN_II ~ 64 engine cycles)",
+                              help="minimum initiation interval: the floor of any streaming instruction")
+    access_overhead_cycles: int = spec(60, unit="cycles",
+                                       source=ARCH_V2 + " (~60 cycles static overhead per tensor access)",
+                                       help="static cost of each tensor access by an engine")
+    dependency_overhead_cycles: int = spec(100, unit="cycles",
+                                           source="shared/hardware.md instruction costs "
+                                                  "(+~100 cycles dependent instruction)",
+                                           help="extra cost of an instruction waiting on another's result")
+    vector_gpsimd_share_sbuf: bool = spec(False, unit="", source=ARCH_V3 + " (lifted on NC-v3)",
+                                          help="VectorE and GpSimdE share one SBUF port (NC-v2)")
+    vector_scalar_share_psum: bool = spec(False, unit="", source=ARCH_V3 + " (lifted on NC-v3)",
+                                          help="VectorE and ScalarE share PSUM access (NC-v2)")
 
     # -- on-chip memories
-    sbuf_bytes: int = _f(28 * MiB, ARCH_V3 + " (128 partitions x 224 KiB)")
-    sbuf_reserved_bytes: int = _f(128 * 16 * KiB, ARCH_V2 + " (16 KiB/partition reserved for the compiler; assumed unchanged on v3+)")
-    psum_bytes: int = _f(2 * MiB, ARCH_V3 + " (128 partitions x 16 KiB)")
-    psum_banks: int = _f(8, ARCH_V3 + " (8 banks of 2 KiB = 512 fp32 per partition)")
+    sbuf_bytes: int = spec(28 * MiB, unit="B", source=ARCH_V3 + " (128 partitions x 224 KiB)",
+                           help="state buffer (on-chip SRAM feeding the engines)")
+    sbuf_reserved_bytes: int = spec(128 * 16 * KiB, unit="B",
+                                    source=ARCH_V2 + " (16 KiB/partition reserved for the compiler; "
+                                                     "assumed unchanged on v3+)",
+                                    help="SBUF the compiler keeps for itself; kernels get the rest")
+    psum_bytes: int = spec(2 * MiB, unit="B", source=ARCH_V3 + " (128 partitions x 16 KiB)",
+                           help="partial-sum buffer where TensorE accumulates in fp32")
+    psum_banks: int = spec(8, unit="banks", source=ARCH_V3 + " (8 banks of 2 KiB = 512 fp32 per partition)",
+                           help="PSUM banks per partition: independent accumulation targets")
 
     # -- DMA
-    dma_engines: int = _f(16, DMA_OVERVIEW)
-    dma_queues_per_engine: int = _f(16, DMA_OVERVIEW)
-    dma_partitions_per_engine: int = _f(8, DMA_OVERVIEW + " (128 partitions / 16 engines)")
-    # Sustained per-engine rate with >= 4 KiB per partition; theoretical is 27.2 GB/s (v2, v3).
-    dma_engine_bytes_per_s: float = _f(23e9, DMA_BW_GUIDE + " (measured ~23 B/ns; theoretical 27.2 GB/s in " + DMA_OVERVIEW + ")")
-    dma_fixed_latency_ns: float = _f(1300.0, DMA_BW_GUIDE + " (~1300 ns semaphore-to-start, cross-engine)")
-    # Below 256 B per descriptor a transfer is overhead-bound: charge one 256 B slot per descriptor.
-    dma_descriptor_overhead_bytes: int = _f(256, "shared/hardware.md (< 256 B per partition is overhead-bound), " + DMA_BW_GUIDE)
+    dma_engines: int = spec(16, unit="engines", source=DMA_OVERVIEW, help="DMA engines per core")
+    dma_queues_per_engine: int = spec(16, unit="queues", source=DMA_OVERVIEW, help="queues per DMA engine")
+    dma_partitions_per_engine: int = spec(8, unit="partitions", source=DMA_OVERVIEW + " (128 partitions / 16 engines)",
+                                          help="SBUF partitions one DMA engine serves")
+    dma_engine_bytes_per_s: float = spec(23e9, unit="B/s",
+                                         source=DMA_BW_GUIDE + " (measured ~23 B/ns; theoretical 27.2 GB/s in "
+                                                + DMA_OVERVIEW + ")",
+                                         help="sustained rate of one DMA engine with >= 4 KiB per partition")
+    dma_fixed_latency_ns: float = spec(1300.0, unit="ns",
+                                       source=DMA_BW_GUIDE + " (~1300 ns semaphore-to-start, cross-engine)",
+                                       help="fixed start latency of a DMA, semaphore to first byte")
+    dma_descriptor_overhead_bytes: int = spec(256, unit="B",
+                                              source="shared/hardware.md (< 256 B per partition is "
+                                                     "overhead-bound), " + DMA_BW_GUIDE,
+                                              help="each descriptor costs at least this many bytes of "
+                                                   "transfer time")
 
     # -- HBM (chip figure / physical cores)
-    hbm_bytes: int = _f(12 * GiB, "about-neuron/arch/neuron-hardware/trainium2 (96 GiB per chip / 8 cores)")
-    hbm_bytes_per_s: float = _f(2.9e12 / 8, "about-neuron/arch/neuron-hardware/trainium2 (2.9 TB/s per chip / 8; " + ARCH_V3 + " says 3 TB/s)")
+    hbm_bytes: int = spec(12 * GiB, unit="B", source=TRN2_PAGE + " (96 GiB per chip / 8 cores)",
+                          help="this core's share of the chip's HBM")
+    hbm_bytes_per_s: float = spec(2.9e12 / 8, unit="B/s",
+                                  source=TRN2_PAGE + " (2.9 TB/s per chip / 8; " + ARCH_V3 + " says 3 TB/s)",
+                                  help="this core's share of the chip's HBM bandwidth")
 
     # -- host side (not NeuronCore hardware; modelling assumptions, tune with derive())
-    launch_overhead_ns: float = _f(5000.0, ASSUMPTION + ": eager dispatch of one op (runtime call, queue setup, "
-                                   "semaphore reset); same order as a CUDA eager launch (~3.3 us, shared/hardware.md), "
-                                   "no published Neuron figure")
-    host_link_bytes_per_s: float = _f(25e9, ASSUMPTION + ": host<->device over PCIe Gen4 x16, ~25 GB/s effective")
-    host_flops_per_s: float = _f(200e9, ASSUMPTION + ": fp32 on a few host cores with AVX-512 for fallback ops")
-    host_bytes_per_s: float = _f(20e9, ASSUMPTION + ": host memory bandwidth seen by one fallback op")
+    launch_overhead_ns: float = spec(5000.0, unit="ns", plausible=(2000.0, 20000.0),
+                                     source=ASSUMPTION + ": eager dispatch of one op (runtime call, queue "
+                                            "setup, semaphore reset); same order as a CUDA eager launch "
+                                            "(~3.3 us, shared/hardware.md), no published Neuron figure",
+                                     help="host time to dispatch one eager op to the device")
+    host_link_bytes_per_s: float = spec(25e9, unit="B/s", plausible=(12e9, 32e9),
+                                        source=ASSUMPTION + ": host<->device over PCIe Gen4 x16, ~25 GB/s effective",
+                                        help="host<->device copy rate")
+    host_flops_per_s: float = spec(200e9, unit="FLOP/s", plausible=(50e9, 1e12),
+                                   source=ASSUMPTION + ": fp32 on a few host cores with AVX-512 for fallback ops",
+                                   help="host compute rate for ops that fall back to the CPU")
+    host_bytes_per_s: float = spec(20e9, unit="B/s", plausible=(10e9, 50e9),
+                                   source=ASSUMPTION + ": host memory bandwidth seen by one fallback op",
+                                   help="host memory rate for ops that fall back to the CPU")
 
     # -- derived figures ---------------------------------------------------------------------
     @property
@@ -120,16 +170,7 @@ class NeuronConfig:
                 "scalar": self.scalar_clock_hz, "gpsimd": self.gpsimd_clock_hz}[engine]
 
 
-_PRESET_SOURCES: dict[str, dict[str, str]] = {}
-
-
-def _preset(name: str, **fields: tuple) -> NeuronConfig:
-    """Build a preset from ``field=(value, source)`` pairs and remember each source."""
-    _PRESET_SOURCES[name] = {k: src for k, (_, src) in fields.items()}
-    return NeuronConfig(name=name, **{k: v for k, (v, _) in fields.items()})
-
-
-TRN1 = _preset(
+TRN1 = NeuronConfig.cited(
     "trn1",
     generation=("NC-v2", "about-neuron/arch/neuron-hardware/trainium"),
     cores_per_chip=(2, "about-neuron/arch/neuron-hardware/trainium"),
@@ -149,9 +190,9 @@ TRN1 = _preset(
                      "one page says GiB/s; / 2 cores)"),
 )
 
-TRN2 = _preset("trn2")
+TRN2 = NeuronConfig.cited("trn2")
 
-TRN3 = _preset(
+TRN3 = NeuronConfig.cited(
     "trn3",
     generation=("NC-v4", "about-neuron/arch/neuron-hardware/trainium3"),
     fp8_matmul_rate=(4.0, ARCH_V4 + " (MXFP8 315 TFLOPS vs 79 bf16)"),
@@ -166,41 +207,50 @@ TRN3 = _preset(
 )
 
 TARGETS: dict[str, NeuronConfig] = {c.name: c for c in (TRN1, TRN2, TRN3)}
-DEFAULT_TARGET = "trn2"
+
+# -- the registry of every kind ---------------------------------------------------------------
+# kind -> (module, attribute) holding its presets. Imported on first lookup, so importing
+# backend.sim pulls in no other cost model and no preset module has to import this one first.
+_PRESET_TABLES = {"neuron": (__name__, "TARGETS"), "gpu": ("backend.sim.gpu.presets", "PRESETS")}
 
 
-def get_target(target: str | NeuronConfig | None = None) -> NeuronConfig:
-    """A preset by name ("trn1", "trn2", "trn3"); a NeuronConfig passes through."""
+def kinds() -> tuple[str, ...]:
+    """The kinds of hardware with presets, e.g. ``("neuron", "gpu")``."""
+    return tuple(_PRESET_TABLES)
+
+
+def _check_kind(kind: str | None) -> None:
+    if kind is not None and kind not in _PRESET_TABLES:
+        raise ValueError(f"unknown preset kind {kind!r}; known: {', '.join(_PRESET_TABLES)}")
+
+
+def list_presets(kind: str | None = None) -> dict[str, HardwareConfig]:
+    """The presets of one kind, or of every kind, by name."""
+    _check_kind(kind)
+    found: dict[str, HardwareConfig] = {}
+    for k in ([kind] if kind else _PRESET_TABLES):
+        module, attribute = _PRESET_TABLES[k]
+        found.update(getattr(importlib.import_module(module), attribute))
+    return found
+
+
+def get_target(target: str | HardwareConfig | None = None, kind: str | None = None) -> HardwareConfig:
+    """A preset by name (case-insensitive), e.g. ``"trn2"`` or ``"h100"``; a config passes through.
+
+    ``None`` means the default target of ``kind`` (the NeuronCore default when no kind is
+    given). With ``kind``, a preset of another kind is refused.
+    """
+    _check_kind(kind)
     if target is None:
-        return TARGETS[DEFAULT_TARGET]
-    if isinstance(target, NeuronConfig):
-        return target
-    try:
-        return TARGETS[str(target).lower()]
-    except KeyError:
-        raise ValueError(f"unknown target {target!r}; known targets: {', '.join(sorted(TARGETS))}") from None
+        target = DEFAULT_TARGETS[kind or "neuron"]
+    config = target if isinstance(target, HardwareConfig) else list_presets().get(str(target).lower())
+    if config is None or (kind is not None and config.kind != kind):
+        mismatch = f" ({config.name!r} is a {config.kind} target)" if config is not None else ""
+        raise ValueError(f"unknown target {target if config is None else config.name!r}; known{f' {kind}' if kind else ''} "
+                         f"targets: {', '.join(sorted(list_presets(kind)))}{mismatch}")
+    return config
 
 
-def derive(base: str | NeuronConfig, name: str | None = None, **overrides) -> NeuronConfig:
-    """A what-if variant, e.g. ``derive("trn2", sbuf_bytes=48 * MiB)``; named after its changes."""
-    base_cfg = get_target(base)
-    unknown = set(overrides) - {f.name for f in dataclasses.fields(NeuronConfig)}
-    if unknown:
-        raise ValueError(f"unknown NeuronConfig fields: {', '.join(sorted(unknown))}")
-    if name is None:
-        name = base_cfg.name + "".join(f"+{k}={v:g}" if isinstance(v, float) else f"+{k}={v}"
-                                       for k, v in sorted(overrides.items()))
-    _PRESET_SOURCES[name] = {**_PRESET_SOURCES.get(base_cfg.name, {}),
-                             **{k: f"what-if override of {base_cfg.name}" for k in overrides}}
-    return dataclasses.replace(base_cfg, name=name, **overrides)
-
-
-def source_of(config: NeuronConfig, field_name: str) -> str:
-    """Where a preset's number comes from: the preset's own source, else the field default's."""
-    override = _PRESET_SOURCES.get(config.name, {}).get(field_name)
-    if override:
-        return override
-    for f in dataclasses.fields(config):
-        if f.name == field_name:
-            return f.metadata.get("source", "")
-    raise ValueError(f"NeuronConfig has no field {field_name!r}")
+def derive(base: str | HardwareConfig, name: str | None = None, **changes) -> HardwareConfig:
+    """A what-if variant of a preset, e.g. ``derive("trn2", sbuf_bytes=48 * MiB)`` -> ``"trn2*"``."""
+    return get_target(base).derive(name=name, **changes)

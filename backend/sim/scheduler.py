@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from backend.sim.costs import instruction_ns
 from backend.sim.ir import COMPUTE_ENGINES, Program
-from backend.sim.presets import NeuronConfig, get_target
+from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
 from backend.sim.trace import TRAFFIC_FIELDS, InstructionEvent, OpSummary, Trace, engine_class
 
 __all__ = ["Simulator", "engine_tracks"]
@@ -61,8 +61,8 @@ def engine_tracks(target: NeuronConfig) -> tuple:
 class Simulator:
     """``Simulator(target).run(program) -> Trace``; ``feed`` appends programs to one trace."""
 
-    def __init__(self, target: str | NeuronConfig = "trn2", max_events: int = 200_000):
-        self.target = get_target(target)
+    def __init__(self, target: str | NeuronConfig = DEFAULT_NEURON_TARGET, max_events: int = 200_000):
+        self.target = get_target(target, kind="neuron")
         self.max_events = max_events
         self._dma_names = tuple(f"dma{q}" for q in range(self.target.dma_engines))
         self.reset()

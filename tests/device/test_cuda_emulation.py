@@ -126,7 +126,7 @@ def test_cuda_module_answers_for_the_preset():
 
 def test_derived_preset_names_itself():
     with emulate_cuda(derive("h100", hbm_bytes_per_s=4e12)):
-        assert torch.cuda.get_device_name().startswith("NVIDIA H100 80GB HBM3 [h100+hbm_bytes_per_s]")
+        assert torch.cuda.get_device_name().startswith("NVIDIA H100 80GB HBM3 [h100*]")
 
 
 FACTORIES = [

@@ -63,7 +63,7 @@ def test_move_alone_moves_to_the_active_device(small):
 @pytest.mark.parametrize("line,message", [
     ("tpu", "invalid choice: 'tpu'"),
     ("neuron --target trn9", "unknown target 'trn9'"),
-    ("cuda --target trn2", "unknown GPU preset 'trn2'"),
+    ("cuda --target trn2", "unknown target 'trn2'"),
     ("neuron --redirect", "redirect applies to cuda only"),
     ("cpu --target trn1", "the cpu device takes no target"),
     ("--target trn1", "--target and --redirect need a device"),

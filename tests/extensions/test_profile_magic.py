@@ -125,7 +125,7 @@ def test_compare_targets_go_to_their_devices(small):
     ("y = model(x)", CELL, "the cell form takes options only"),
     ("--device cpu", CELL, "invalid choice: 'cpu'"),
     ("--target trn9", CELL, "unknown target 'trn9'"),
-    ("--device cuda --target trn2", CELL, "unknown GPU preset 'trn2'"),
+    ("--device cuda --target trn2", CELL, "unknown target 'trn2'"),
     ("--compare cpu,tpu", CELL, "unknown device tpu"),
     ("--compare cpu,neuron --device neuron", CELL, "not both"),
     ("--compare neuron -t h100", CELL, "unknown target h100"),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from backend import recording
+from backend.sim.presets import DEFAULT_GPU_TARGET
 
 from ..events import simulated_clock_ns
 from ..memory import DeviceMemory, memory_for
@@ -53,7 +54,7 @@ class EmulatedDeviceProperties:
 
 
 def _gpu_model(config) -> tuple[str, tuple[int, int]]:
-    """The board a preset stands for; derived configs ("h100+hbm_bytes") keep their base's."""
+    """The board a preset stands for; derived configs ("h100*") keep their base's."""
     from backend.sim.gpu import PRESETS
 
     base = next((key for key in GPU_MODELS if config.name.startswith(key)), None)
@@ -70,7 +71,7 @@ def _gpu_model(config) -> tuple[str, tuple[int, int]]:
 class EmulatedDevice:
     """One emulated CUDA device (``cuda:0``), backed by the neuron device's host storage."""
 
-    def __init__(self, preset="h100", redirect: bool = False, session=None):
+    def __init__(self, preset=DEFAULT_GPU_TARGET, redirect: bool = False, session=None):
         self.redirect = redirect
         if redirect:
             from .. import neuron_module

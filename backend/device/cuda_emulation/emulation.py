@@ -17,6 +17,7 @@ import threading
 import torch
 
 from backend import recording
+from backend.sim.presets import DEFAULT_GPU_TARGET
 
 from .. import memory, neuron_module
 from ..factories import register_factories, unregister_factories
@@ -53,7 +54,7 @@ def current() -> EmulatedDevice | None:
     return ACTIVE.device
 
 
-def enable(preset="h100", redirect: bool = False, session=None) -> EmulatedDevice:
+def enable(preset=DEFAULT_GPU_TARGET, redirect: bool = False, session=None) -> EmulatedDevice:
     """Make CUDA-written code run on a simulated device in this CPU-only PyTorch.
 
     preset: GPU cost-model preset ("a100", "h100", "h200" or a GpuConfig) when emulating.
@@ -116,7 +117,7 @@ def disable() -> None:
 
 
 @contextlib.contextmanager
-def emulate_cuda(preset="h100", redirect: bool = False, session=None):
+def emulate_cuda(preset=DEFAULT_GPU_TARGET, redirect: bool = False, session=None):
     """``with emulate_cuda("h100"):`` run CUDA-written code on the emulated device."""
     device = enable(preset, redirect, session)
     try:

@@ -1,77 +1,97 @@
 """GPU presets for the CUDA-emulated device: published hardware numbers plus model knobs.
 
-Hardware fields carry their source in ``field(metadata={"source": ...})``; the sources are the
-rows of ``shared/hardware.md`` (GPUs table) unless a field says otherwise. Model knobs (tile
-shape, efficiency ceilings) are assumptions of the cost model and say why they have their value.
-Peaks are dense (no 2:4 sparsity). Sizes quoted by vendors in decimal GB/MB are kept decimal for
-HBM; on-chip sizes (L2, shared memory) are binary, as the CUDA programming guide counts them.
+Built on the same mechanism as the NeuronCore presets (``backend.sim.spec``): every field has a
+unit, a help text and a source -- a row of ``shared/hardware.md``'s GPUs table unless it says
+otherwise, or an ``ASSUMPTION`` with a plausible range for the cost model's knobs (tile shape,
+efficiency ceilings). Peaks are dense (no 2:4 sparsity). Sizes quoted by vendors in decimal GB/MB
+are kept decimal for HBM; on-chip sizes (L2, shared memory) are binary, as the CUDA programming
+guide counts them. Look presets up with ``get_target("h100")`` (or :func:`get_gpu`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 
-__all__ = ["GpuConfig", "a100", "h100", "h200", "PRESETS", "get_gpu", "derive", "field_source"]
+from backend.sim.presets import derive, get_target
+from backend.sim.spec import ASSUMPTION, HardwareConfig, spec
+
+__all__ = ["GpuConfig", "a100", "h100", "h200", "PRESETS", "get_gpu", "derive"]
 
 _SHEET = "shared/hardware.md GPUs table (NVIDIA datasheets; stas00/ml-engineering)"
 _MIB = 2**20
 _KIB = 2**10
 
 
-def _src(source: str, default=None):
-    """A dataclass field whose metadata names where its number comes from."""
-    if default is None:
-        return field(metadata={"source": source})
-    return field(default=default, metadata={"source": source})
-
-
 @dataclass(frozen=True, slots=True)
-class GpuConfig:
-    """One GPU as the cost model sees it. Build variants with :func:`derive`."""
+class GpuConfig(HardwareConfig):
+    """One GPU as the cost model sees it. Build variants with ``derive``."""
 
+    kind = "gpu"
     name: str
-    sm_count: int = _src(_SHEET)
-    clock_hz: float = _src(f"{_SHEET}: clock the spec TFLOPS imply")
-    bf16_tensor_flops_per_s: float = _src(f"{_SHEET}: dense BF16/FP16 tensor")
-    tf32_tensor_flops_per_s: float = _src(f"{_SHEET}: dense TF32 tensor")
-    # None where the chip has no FP8 tensor cores (A100): FP8 GEMMs then run at the BF16 rate,
-    # as an upcast kernel would.
-    fp8_tensor_flops_per_s: float | None = _src(f"{_SHEET}: FP8 tensor")
-    fp32_flops_per_s: float = _src(f"{_SHEET}: FP32 (non-tensor, CUDA cores)")
-    fp64_flops_per_s: float = _src("NVIDIA A100/H100/H200 datasheets: FP64 (non-tensor); "
-                                   "not in hardware.md")
-    hbm_bytes: float = _src(f"{_SHEET}: HBM capacity (decimal GB as printed)")
-    hbm_bytes_per_s: float = _src(f"{_SHEET}: HBM bandwidth")
-    l2_bytes: int = _src(f"{_SHEET}: L2")
-    smem_bytes_per_sm: int = _src("CUDA programming guide via hardware.md: max smem per SM")
-    pcie_bytes_per_s: float = _src(
-        "assumption: PCIe spec rate per direction, x16 lanes (gen4 16 GT/s -> 32 GB/s, gen5 "
-        "32 GT/s -> 64 GB/s); datasheets print the bidirectional 64 / 128 GB/s. Pinned copies "
-        "measure ~80-90% of this; pageable ones less")
-    launch_overhead_ns: float = _src(
-        "hardware.md: ~3.3 us per small kernel launched eagerly (CUDA.jl graphs docs; "
-        "Accel-Sim's A100 config uses 5,000 cycles = 3.5 us at 1.41 GHz)", 3300.0)
-    graph_launch_overhead_ns: float = _src(
-        "hardware.md: ~0.9 us per kernel replayed from a CUDA graph (CUDA.jl graphs docs)", 900.0)
-    hbm_latency_cycles: int = _src(
-        "assumption: ~600 SM cycles from load issue to first HBM data, the order "
-        "pointer-chasing microbenchmarks report for A100/H100; not in hardware.md", 600)
+    sm_count: int = spec(unit="SMs", source=_SHEET, help="streaming multiprocessors")
+    clock_hz: float = spec(unit="Hz", source=f"{_SHEET}: clock the spec TFLOPS imply",
+                           help="SM clock the published peaks are computed at")
+    bf16_tensor_flops_per_s: float = spec(unit="FLOP/s", source=f"{_SHEET}: dense BF16/FP16 tensor",
+                                          help="dense bf16/fp16 tensor-core peak")
+    tf32_tensor_flops_per_s: float = spec(unit="FLOP/s", source=f"{_SHEET}: dense TF32 tensor",
+                                          help="dense tf32 tensor-core peak (fp32 matmuls with allow_tf32)")
+    fp8_tensor_flops_per_s: float | None = spec(
+        unit="FLOP/s", source=f"{_SHEET}: FP8 tensor",
+        help="fp8 tensor-core peak; None where the chip has none (A100): FP8 GEMMs then run at "
+             "the bf16 rate, as an upcast kernel would")
+    fp32_flops_per_s: float = spec(unit="FLOP/s", source=f"{_SHEET}: FP32 (non-tensor, CUDA cores)",
+                                   help="fp32 peak of the CUDA cores (SIMT)")
+    fp64_flops_per_s: float = spec(unit="FLOP/s", source="NVIDIA A100/H100/H200 datasheets: FP64 "
+                                                          "(non-tensor); not in hardware.md",
+                                   help="fp64 peak of the CUDA cores")
+    hbm_bytes: float = spec(unit="B", source=f"{_SHEET}: HBM capacity (decimal GB as printed)",
+                            help="device memory capacity")
+    hbm_bytes_per_s: float = spec(unit="B/s", source=f"{_SHEET}: HBM bandwidth", help="device memory bandwidth")
+    l2_bytes: int = spec(unit="B", source=f"{_SHEET}: L2", help="L2 cache; GEMM operands that fit are read once")
+    smem_bytes_per_sm: int = spec(unit="B", source="CUDA programming guide via hardware.md: max smem per SM",
+                                  help="largest shared memory one SM can give its blocks")
+    pcie_bytes_per_s: float = spec(
+        unit="B/s", plausible=(25e9, 64e9),
+        source=ASSUMPTION + ": PCIe spec rate per direction, x16 lanes (gen4 16 GT/s -> 32 GB/s, gen5 "
+               "32 GT/s -> 64 GB/s); datasheets print the bidirectional 64 / 128 GB/s. Pinned copies "
+               "measure ~80-90% of this; pageable ones less",
+        help="host<->device copy rate per direction")
+    launch_overhead_ns: float = spec(
+        3300.0, unit="ns", help="host time to launch one small kernel eagerly",
+        source="hardware.md: ~3.3 us per small kernel launched eagerly (CUDA.jl graphs docs; "
+               "Accel-Sim's A100 config uses 5,000 cycles = 3.5 us at 1.41 GHz)")
+    graph_launch_overhead_ns: float = spec(
+        900.0, unit="ns", help="time per kernel replayed from a CUDA graph",
+        source="hardware.md: ~0.9 us per kernel replayed from a CUDA graph (CUDA.jl graphs docs)")
+    hbm_latency_cycles: int = spec(
+        600, unit="cycles", plausible=(400, 900), help="SM cycles from load issue to first HBM data",
+        source=ASSUMPTION + ": ~600 SM cycles, the order pointer-chasing microbenchmarks report for "
+               "A100/H100; not in hardware.md")
     # -- model knobs (not hardware numbers) -------------------------------------------------
-    # CTA tile of the GEMM mainloop: 128x256 is CUTLASS's large-problem tile for sm80 and sm90
-    # bf16 GEMMs. One K step moves 128 bytes of each operand row (the 128 B smem swizzle), so
-    # tile_k = 64 bf16, 32 fp32/tf32, 128 fp8 elements.
-    tile_m: int = 128
-    tile_n: int = 256
-    tile_k_bytes: int = 128
-    # Best fraction of peak a tuned kernel sustains once wave, padding and ramp losses are
-    # gone: with those losses on top, large bf16 GEMMs land at ~76% of peak (~750 TFLOP/s on
-    # H100, what cuBLAS measures), next to the 75% that PyTorch's runtime_estimator assumes.
-    max_compute_efficiency: float = 0.8
-    # Large streaming copies reach ~90% of HBM peak (STREAM-style copy kernels); small ones
-    # are dominated by hbm_latency_cycles.
-    max_hbm_efficiency: float = 0.9
-    # Mirrors torch.backends.cuda.matmul.allow_tf32, whose default is False: fp32 matmuls then
-    # run as full-fp32 SIMT GEMMs on CUDA cores, not on TF32 tensor cores.
-    allow_tf32: bool = False
+    tile_m: int = spec(128, unit="rows", plausible=(64, 256), help="CTA tile rows of the GEMM mainloop",
+                       source=ASSUMPTION + ": 128x256 is CUTLASS's large-problem tile for sm80 and "
+                              "sm90 bf16 GEMMs")
+    tile_n: int = spec(256, unit="columns", plausible=(64, 256), help="CTA tile columns of the GEMM mainloop",
+                       source=ASSUMPTION + ": 128x256 is CUTLASS's large-problem tile for sm80 and "
+                              "sm90 bf16 GEMMs")
+    tile_k_bytes: int = spec(128, unit="B", plausible=(32, 128),
+                             help="bytes of each operand row one K step moves (tile_k = 64 bf16, "
+                                  "32 fp32/tf32, 128 fp8 elements)",
+                             source=ASSUMPTION + ": the 128 B shared-memory swizzle width")
+    max_compute_efficiency: float = spec(
+        0.8, unit="of peak", plausible=(0.7, 0.9),
+        help="best fraction of peak FLOPs a tuned kernel sustains once wave, padding and ramp "
+             "losses are gone",
+        source=ASSUMPTION + ": with those losses on top, large bf16 GEMMs land at ~76% of peak "
+               "(~750 TFLOP/s on H100, what cuBLAS measures), next to the 75% that PyTorch's "
+               "runtime_estimator assumes (hardware.md)")
+    max_hbm_efficiency: float = spec(
+        0.9, unit="of peak", plausible=(0.8, 0.95),
+        help="best fraction of HBM bandwidth a large streaming copy reaches; small ones are "
+             "dominated by hbm_latency_cycles",
+        source=ASSUMPTION + ": STREAM-style copy kernels reach ~90% of HBM peak")
+    allow_tf32: bool = spec(
+        False, unit="", help="run fp32 matmuls on TF32 tensor cores instead of fp32 SIMT GEMMs",
+        source="PyTorch: mirrors torch.backends.cuda.matmul.allow_tf32, whose default is False")
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -111,35 +131,6 @@ h200 = replace(h100, name="h200", hbm_bytes=141e9, hbm_bytes_per_s=4800e9)
 PRESETS: dict[str, GpuConfig] = {cfg.name: cfg for cfg in (a100, h100, h200)}
 
 
-def get_gpu(name: str | GpuConfig) -> GpuConfig:
-    """The preset called ``name`` (case-insensitive); a GpuConfig passes through unchanged."""
-    if isinstance(name, GpuConfig):
-        return name
-    try:
-        return PRESETS[name.lower()]
-    except (KeyError, AttributeError):
-        raise ValueError(f"unknown GPU preset {name!r}; known presets: {', '.join(PRESETS)}") from None
-
-
-def derive(base: str | GpuConfig, **overrides) -> GpuConfig:
-    """A copy of ``base`` with some fields changed, e.g. ``derive("h100", hbm_bytes_per_s=4e12)``.
-
-    Unless ``name`` is given, the result is named after the base and the fields changed
-    (``"h100+hbm_bytes_per_s"``) so traces of a variant never pass for the stock part.
-    """
-    base = get_gpu(base)
-    known = {f.name for f in fields(GpuConfig)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise ValueError(f"unknown GpuConfig fields {unknown}; known fields: {sorted(known)}")
-    if "name" not in overrides and overrides:
-        overrides["name"] = f"{base.name}+{','.join(sorted(overrides))}"
-    return replace(base, **overrides)
-
-
-def field_source(name: str) -> str | None:
-    """Where a GpuConfig field's number comes from (None for model knobs)."""
-    for f in fields(GpuConfig):
-        if f.name == name:
-            return f.metadata.get("source")
-    raise ValueError(f"GpuConfig has no field {name!r}")
+def get_gpu(name: str | GpuConfig | None = None) -> GpuConfig:
+    """The GPU preset called ``name`` (case-insensitive; None: the default); configs pass through."""
+    return get_target(name, kind="gpu")

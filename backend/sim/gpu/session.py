@@ -11,6 +11,7 @@ from __future__ import annotations
 from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.gpu.cost import KernelCost, fused_cost, record_cost, transfer_ns
 from backend.sim.gpu.presets import GpuConfig, get_gpu
+from backend.sim.presets import DEFAULT_GPU_TARGET
 from backend.sim.trace import InstructionEvent, OpSummary, Trace
 
 __all__ = ["GpuSession", "GPU_ENGINES"]
@@ -25,7 +26,7 @@ def _shapes(tensors: tuple[TensorDesc, ...]) -> str:
 class GpuSession:
     """Accumulates one stream's kernels into a :class:`Trace` (device_kind ``"cuda"``)."""
 
-    def __init__(self, preset: str | GpuConfig = "h100", max_events: int = 200_000,
+    def __init__(self, preset: str | GpuConfig = DEFAULT_GPU_TARGET, max_events: int = 200_000,
                  graph_replay: bool = False) -> None:
         self.config = get_gpu(preset)
         self.max_events = max_events

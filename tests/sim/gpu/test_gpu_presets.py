@@ -1,23 +1,23 @@
 """GPU presets: cited numbers, lookup and derived variants."""
 from __future__ import annotations
 
-from dataclasses import fields
-
 import pytest
 
-from backend.sim.gpu import PRESETS, GpuConfig, a100, derive, field_source, get_gpu, h100, h200
+from backend.sim.gpu import PRESETS, GpuConfig, a100, derive, get_gpu, h100, h200
+from backend.sim.spec import ASSUMPTION
 
-MODEL_KNOBS = {"name", "tile_m", "tile_n", "tile_k_bytes", "max_compute_efficiency",
-               "max_hbm_efficiency", "allow_tf32"}
+MODEL_KNOBS = {"tile_m", "tile_n", "tile_k_bytes", "max_compute_efficiency", "max_hbm_efficiency"}
 
 
 def test_every_hardware_number_names_its_source():
-    for f in fields(GpuConfig):
-        if f.name not in MODEL_KNOBS:
-            assert field_source(f.name), f"{f.name} has no source"
-    assert "hardware.md" in field_source("bf16_tensor_flops_per_s")
-    with pytest.raises(ValueError):
-        field_source("warp_size")
+    for f in GpuConfig.spec_fields():
+        source = h100.source(f.name)
+        assert source, f"{f.name} has no source"
+        if f.name in MODEL_KNOBS:
+            assert source.startswith(ASSUMPTION) and f.metadata["plausible"], f.name
+    assert "hardware.md" in h100.source("bf16_tensor_flops_per_s")
+    with pytest.raises(ValueError, match="GpuConfig has no field 'warp_size'"):
+        h100.source("warp_size")
 
 
 @pytest.mark.parametrize("cfg, sms, bf16, hbm_bw", [
@@ -32,18 +32,22 @@ def test_presets_carry_the_hardware_table(cfg, sms, bf16, hbm_bw):
 def test_h200_is_an_h100_with_more_and_faster_hbm():
     assert h200.hbm_bytes > h100.hbm_bytes and h200.hbm_bytes_per_s > h100.hbm_bytes_per_s
     assert (h200.sm_count, h200.fp8_tensor_flops_per_s) == (h100.sm_count, h100.fp8_tensor_flops_per_s)
+    assert h200.changes == ()      # a preset of its own, not a what-if
 
 
 def test_get_gpu():
-    assert get_gpu("H100") is h100 and get_gpu(a100) is a100
+    assert get_gpu("H100") is h100 and get_gpu(a100) is a100 and get_gpu() is h100
     assert set(PRESETS) == {"a100", "h100", "h200"}
-    with pytest.raises(ValueError, match="known presets: a100, h100, h200"):
+    with pytest.raises(ValueError, match="unknown target 'mi300x'; known gpu targets: a100, h100, h200"):
         get_gpu("mi300x")
+    with pytest.raises(ValueError, match=r"unknown target 'trn2'; .*\('trn2' is a neuron target\)"):
+        get_gpu("trn2")
 
 
 def test_derive_names_the_variant_and_validates():
     fast = derive("h100", hbm_bytes_per_s=4e12)
-    assert fast.name == "h100+hbm_bytes_per_s" and fast.hbm_bytes_per_s == 4e12
+    assert fast.name == "h100*" and fast.hbm_bytes_per_s == 4e12
+    assert fast.changes == (("hbm_bytes_per_s", 4e12),) and "what-if" in fast.source("hbm_bytes_per_s")
     assert fast.sm_count == h100.sm_count and h100.hbm_bytes_per_s == 3350e9
     assert derive(h100, name="mine", sm_count=1).name == "mine"
     with pytest.raises(ValueError, match="unknown GpuConfig fields"):
