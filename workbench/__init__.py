@@ -8,6 +8,7 @@ from importlib import import_module
 
 from backend.compile import register as _register_compile
 from backend.device import register as _register_device
+from workbench.presenters import provide as _provide
 
 _register_device()
 _register_compile()   # torch.compile(backend="neuron")
@@ -31,6 +32,15 @@ _LAZY = {
     "migration_report_for": "workbench.migration",
 }
 __all__ = ["__version__", "figures", *_LAZY]
+
+# Profile's views and files (show, save_html, exports, load) live in modules that import
+# workbench.profiles; the package root says which module registers each presenter, imported
+# on first use, so profiles never imports them back (see workbench.presenters).
+_provide("workbench.figures", "profile.figures")
+_provide("workbench.widgets", "profile.show")
+_provide("workbench.report", "profile.save_html")
+_provide("workbench.export", "profile.export_chrome_trace", "profile.load")
+_provide("workbench.tables", "profile.write_tables")
 
 
 def __getattr__(name):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from backend.sim.trace import Trace
-from workbench.profiles import Profile, merge_traces
+from backend.sim.trace import Trace, merge_traces
+from workbench.profiles import Profile
 from wb_synth import NEURON_ENGINES, transformer_trace
 
 

@@ -12,8 +12,8 @@ import plotly.graph_objects as go
 
 from workbench.figures.style import KIND_COLOURS, base_layout, empty_figure, palette
 from workbench.format import fmt_bytes, fmt_time_s
+from workbench.html_parts import REPORT_STYLE
 from workbench.migration.memory import CATEGORIES
-from workbench.report import _STYLE
 
 __all__ = ["findings", "report_figures", "sections", "report_html", "widget"]
 
@@ -214,9 +214,9 @@ def report_html(report, *, figures: bool = True, standalone: bool = True) -> str
                 first = False
     inner = "".join(body)
     if not standalone:
-        return f"<div class='wb-migration'><style>{_STYLE}</style>{inner}</div>"
+        return f"<div class='wb-migration'><style>{REPORT_STYLE}</style>{inner}</div>"
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(_title(report))}</title>"
-            f"<style>{_STYLE}</style></head><body>{inner}</body></html>")
+            f"<style>{REPORT_STYLE}</style></head><body>{inner}</body></html>")
 
 
 def widget(report):
@@ -226,7 +226,7 @@ def widget(report):
     figs = report_figures(report)
     tabs, titles = [], []
     for name, content in sections(report).items():
-        children = [w.HTML(f"<style>{_STYLE}</style>{content}")]
+        children = [w.HTML(f"<style>{REPORT_STYLE}</style>{content}")]
         children += [go.FigureWidget(figs[f]) for f in _FIGURES_BY_SECTION.get(name, ())]
         tabs.append(w.VBox(children))
         titles.append(name)
