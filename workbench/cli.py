@@ -18,6 +18,7 @@ import threading
 import weakref
 from pathlib import Path
 
+from backend.device.patching import Patcher
 from workbench.format import summary_rows
 from workbench.migration.cli import add_migrate_parser, migrate_command
 from workbench.session import DEFAULT_TARGETS, SIMULATED_DEVICES, default_device, ensure_compile_backend, profile
@@ -73,11 +74,12 @@ def compile_modules(backend: str = "neuron"):
         finally:
             state.depth = 0
 
-    torch.nn.Module.__call__ = call
+    patcher = Patcher()
+    patcher.setattr(torch.nn.Module, "__call__", call)
     try:
         yield
     finally:
-        torch.nn.Module.__call__ = original
+        patcher.restore()
 
 
 def _progress(enabled: bool):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .patcher import Patcher
+from ..patching import Patcher
 
 __all__ = ["install", "LOWER_PRECISION_OPS", "FP32_OPS"]
 

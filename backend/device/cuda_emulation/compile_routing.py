@@ -12,7 +12,7 @@ import logging
 
 import torch
 
-from .patcher import Patcher
+from ..patching import Patcher
 
 __all__ = ["install", "routed_backend"]
 

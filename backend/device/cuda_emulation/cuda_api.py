@@ -11,7 +11,7 @@ import torch
 
 from . import events
 from .device import active
-from .patcher import Patcher
+from ..patching import Patcher
 
 __all__ = ["API", "install"]
 

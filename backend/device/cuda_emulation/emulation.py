@@ -21,7 +21,7 @@ from ..factories import register_factories, unregister_factories
 from ..registration import register
 from . import autocast, compile_routing, cuda_api, guard, tensors
 from .device import EmulatedDevice, set_active
-from .patcher import Patcher
+from ..patching import Patcher
 
 __all__ = ["enable", "disable", "is_enabled", "emulate_cuda", "current"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from ..tensor import DeviceTensor
-from .patcher import Patcher
+from ..patching import Patcher
 
 __all__ = ["install"]
 
