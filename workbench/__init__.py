@@ -3,6 +3,20 @@ emulated GPU (``cuda``) and see where the time goes.
 
 ``import workbench`` registers the ``neuron`` device and the ``"neuron"`` compile backend;
 everything else (pandas, plotly, widgets) is imported on first use of the name.
+
+Structure (imports point down the list, no cycles):
+
+- running: ``devices`` (the active device), ``session`` (``profile()``), ``comparison``
+  (``compare()``), ``cli`` (``workbench profile``);
+- data: ``profiles`` (``Profile``: traces and compiled graphs as tables and counters),
+  ``graphs``, ``aggregate``, ``records``, ``format`` (numbers with units);
+- presentation: ``html_parts`` (the one HTML table helper and the sections the dashboard and
+  the report share), ``figures/`` (plotly, one module per figure), ``widgets`` (the dashboard),
+  ``report`` (standalone HTML), ``export`` (Chrome/Perfetto trace), ``tables`` (CSV/Parquet).
+  They register ``Profile.show()``, ``save_html()``, the exports and ``load()`` as presenters
+  (``presenters``; the modules providing them are named below), so ``profiles`` never imports them;
+- ``migration/``: ``migration_report()``, its questions one module each, the report data and
+  its view, and ``workbench migrate``.
 """
 from importlib import import_module
 
@@ -33,9 +47,7 @@ _LAZY = {
 }
 __all__ = ["__version__", "figures", *_LAZY]
 
-# Profile's views and files (show, save_html, exports, load) live in modules that import
-# workbench.profiles; the package root says which module registers each presenter, imported
-# on first use, so profiles never imports them back (see workbench.presenters).
+# Which module registers each presenter of a Profile (imported on first use; see presenters).
 _provide("workbench.figures", "profile.figures")
 _provide("workbench.widgets", "profile.show")
 _provide("workbench.report", "profile.save_html")
