@@ -1,7 +1,6 @@
 """``%neuron_device``: which device the notebook's model code runs on."""
 from __future__ import annotations
 
-import html
 import logging
 
 from IPython.core import magic_arguments
@@ -10,6 +9,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from extensions.common import parse, show_text, split_list, usage_error
 from extensions.namespace import tensors_and_modules
 from workbench.devices import DEVICES, active_device, available, move, set_device
+from workbench.html_parts import html_table
 
 __all__ = ["DeviceMagics", "TARGETS_HELP"]
 
@@ -24,9 +24,7 @@ def _status(state, moved=()) -> None:
         lines.append(("moved", ", ".join(moved)))
     lines += [("available", "cpu; " + TARGETS_HELP)]
     text = "\n".join(f"{key:>9}: {value}" for key, value in lines)
-    rows = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(key)}</th>"
-                   f"<td style='text-align:left'>{html.escape(value)}</td></tr>" for key, value in lines)
-    show_text(text, f"<table>{rows}</table>")
+    show_text(text, html_table(lines, row_headers=True))
 
 
 @magics_class

@@ -9,8 +9,8 @@ from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET
 from extensions.common import parse, show_profile, usage_error
 from workbench.devices import available
 from workbench.migration import DEFAULT_DRIFT_THRESHOLD, migration_report_for
-from workbench.migration_cli import _batch_sizes
-from workbench.migration_run import batch_size, call_args
+from workbench.migration.cli import parse_batch_sizes
+from workbench.migration.run import batch_size, call_args
 
 __all__ = ["MigrateMagics"]
 
@@ -32,7 +32,7 @@ class MigrateMagics(Magics):
                               help="GPU to compare with (default: %(default)s)")
     @magic_arguments.argument("--inference", action="store_true",
                               help="forward only (default: a training step: forward, backward, Adam)")
-    @magic_arguments.argument("--batch-sizes", type=_batch_sizes, metavar="B,B,...",
+    @magic_arguments.argument("--batch-sizes", type=parse_batch_sizes, metavar="B,B,...",
                               help="batch sizes the memory table estimates (default: powers of two)")
     @magic_arguments.argument("--threshold", type=float, default=DEFAULT_DRIFT_THRESHOLD,
                               help="flag layers whose mean relative error under hardware numerics exceeds "

@@ -5,11 +5,26 @@ emulated GPU (``cuda``) and see where the time goes.
 resolvable (Dynamo and the compiler load on the first such compile, see
 ``backend.compile.entry_point``); everything else (pandas, plotly, widgets) is imported on first
 use of the name.
+
+Structure (imports point down the list, no cycles):
+
+- running: ``devices`` (the active device), ``session`` (``profile()``), ``comparison``
+  (``compare()``), ``cli`` (``workbench profile``);
+- data: ``profiles`` (``Profile``: traces and compiled graphs as tables and counters),
+  ``graphs``, ``aggregate``, ``records``, ``format`` (numbers with units);
+- presentation: ``html_parts`` (the one HTML table helper and the sections the dashboard and
+  the report share), ``figures/`` (plotly, one module per figure), ``widgets`` (the dashboard),
+  ``report`` (standalone HTML), ``export`` (Chrome/Perfetto trace), ``tables`` (CSV/Parquet).
+  They register ``Profile.show()``, ``save_html()``, the exports and ``load()`` as presenters
+  (``presenters``; the modules providing them are named below), so ``profiles`` never imports them;
+- ``migration/``: ``migration_report()``, its questions one module each, the report data and
+  its view, and ``workbench migrate``.
 """
 from importlib import import_module
 
 from backend.compile import declare as _declare_compile_backend
 from backend.device import register as _register_device
+from workbench.presenters import provide as _provide
 
 _register_device()
 _declare_compile_backend()   # torch.compile(backend="neuron"), without importing torch._dynamo
@@ -33,6 +48,13 @@ _LAZY = {
     "migration_report_for": "workbench.migration",
 }
 __all__ = ["__version__", "figures", *_LAZY]
+
+# Which module registers each presenter of a Profile (imported on first use; see presenters).
+_provide("workbench.figures", "profile.figures")
+_provide("workbench.widgets", "profile.show")
+_provide("workbench.report", "profile.save_html")
+_provide("workbench.export", "profile.export_chrome_trace", "profile.load")
+_provide("workbench.tables", "profile.write_tables")
 
 
 def __getattr__(name):

@@ -1,5 +1,5 @@
 """``workbench profile script.py ...``: run a script on a simulated device and report
-(``workbench migrate script.py ...``: see workbench/migration_cli.py).
+(``workbench migrate script.py ...``: see workbench/migration/cli.py).
 
     workbench profile train.py --device neuron --target trn2 [--compile] \
         [--html report.html] [--trace trace.json] [--csv DIR] [--parquet DIR] [-- script args]
@@ -18,8 +18,9 @@ import threading
 import weakref
 from pathlib import Path
 
+from backend.device.patching import Patcher
 from workbench.format import summary_rows
-from workbench.migration_cli import add_migrate_parser, migrate_command
+from workbench.migration.cli import add_migrate_parser, migrate_command
 from workbench.session import DEFAULT_TARGETS, SIMULATED_DEVICES, default_device, ensure_compile_backend, profile
 
 __all__ = ["main", "build_parser", "compile_modules"]
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parquet", type=Path, metavar="DIR", help="write ops/instructions tables as Parquet")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    add_migrate_parser(sub)       # ``workbench migrate``: workbench/migration_cli.py
+    add_migrate_parser(sub)       # ``workbench migrate``: workbench/migration/cli.py
     return parser
 
 
@@ -73,11 +74,12 @@ def compile_modules(backend: str = "neuron"):
         finally:
             state.depth = 0
 
-    torch.nn.Module.__call__ = call
+    patcher = Patcher()
+    patcher.setattr(torch.nn.Module, "__call__", call)
     try:
         yield
     finally:
-        torch.nn.Module.__call__ = original
+        patcher.restore()
 
 
 def _progress(enabled: bool):

@@ -5,7 +5,6 @@ its time is the measured host wall time (median of a few runs), and the table sa
 """
 from __future__ import annotations
 
-import html
 import inspect
 import logging
 import statistics
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from workbench.format import fmt_bytes, fmt_time_s
+from workbench.html_parts import html_table
 from workbench.session import (DEFAULT_TARGETS, SIMULATED_DEVICES, compiled_graphs, default_device,
                                ensure_compile_backend, profile)
 
@@ -57,14 +57,13 @@ class Comparison:
         return f"Comparison({runs})"
 
     def _repr_html_(self) -> str:
-        rows = []
-        for r in self.frame.itertuples():
-            kind = "simulated" if r.time_kind == "simulated" else "measured host wall time"
-            rows.append(f"<tr><th style='text-align:left'>{html.escape(r.label)}</th>"
-                        f"<td>{fmt_time_s(r.time_s)} ({kind})</td><td>{fmt_bytes(r.hbm_bytes)}</td>"
-                        f"<td>{r.mfu_percent:.1f} %</td><td>{r.op_count}</td><td>{r.fallback_count}</td></tr>")
-        head = "".join(f"<th>{h}</th>" for h in ("", "time", "HBM traffic", "MFU", "ops", "fallbacks"))
-        return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+        def kind(time_kind: str) -> str:
+            return "simulated" if time_kind == "simulated" else "measured host wall time"
+
+        rows = [(r.label, f"{fmt_time_s(r.time_s)} ({kind(r.time_kind)})",
+                 fmt_bytes(r.hbm_bytes), f"{r.mfu_percent:.1f} %", r.op_count, r.fallback_count)
+                for r in self.frame.itertuples()]
+        return html_table(rows, ("", "time", "HBM traffic", "MFU", "ops", "fallbacks"), row_headers=True)
 
 
 def _takes_device(fn: Callable) -> bool:

@@ -20,7 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+from backend.sim.trace import engine_class
 from workbench.aggregate import aggregate_events, busy_per_bin
+from workbench.presenters import presenter
+from workbench.profiles import Profile
 from workbench.records import json_safe, trace_from_parts, trace_header
 
 __all__ = ["export_chrome_trace", "chrome_trace_dict", "load_trace", "DEFAULT_MAX_EVENTS", "FORMAT"]
@@ -61,7 +64,7 @@ def _instruction_events(profile, agg, tids: dict, names: np.ndarray) -> list:
         clipped += int((~keep).sum() + (start[keep] != rows["start_ns"].to_numpy()[keep]).sum())
         ts, te = _us(start[keep]), _us(end[keep])
         rows = rows[keep]
-        cls = "dma" if engine.startswith("dma") else engine
+        cls = engine_class(engine)
         for t0, t1, code, op, last, count, busy, nbytes, flops in zip(
                 ts, te, rows["opcode"], rows["op_index"], rows["op_last"], rows["count"], rows["busy_ns"],
                 rows["bytes_moved"], rows["flops"]):
@@ -103,7 +106,7 @@ def _counter_events(profile) -> list:
         t0, t1 = events["start_ns"].min(), events["end_ns"].max()
         edges = np.linspace(t0, t1, _COUNTER_BINS + 1)
         width = max(edges[1] - edges[0], 1e-9)
-        classes = events["engine"].map(lambda e: "dma" if e.startswith("dma") else e)
+        classes = events["engine"].map(engine_class)
         tracks = events.groupby(classes)["engine"].nunique()
         busy = {cls: busy_per_bin(rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy(), edges)
                 / (width * tracks[cls]) * 100.0 for cls, rows in events.groupby(classes)}
@@ -164,6 +167,7 @@ def chrome_trace_dict(profile, *, max_events: int | None = None, full: bool = Fa
     }
 
 
+@presenter("profile.export_chrome_trace")
 def export_chrome_trace(profile, path, *, max_events: int | None = None, full: bool = False) -> Path:
     """Write ``profile`` as a Chrome/Perfetto trace (gzip when ``path`` ends in .gz)."""
     path = Path(path)
@@ -191,9 +195,9 @@ def _read_json(path: Path):
         raise ValueError(f"{path}: not valid JSON, so not a readable trace (corrupt or truncated?): {exc}") from exc
 
 
+@presenter("profile.load")
 def load_trace(path):
     """A Profile from a file written by ``export_chrome_trace`` or a ``to_csv``/``to_parquet`` folder."""
-    from workbench.profiles import Profile
     path = Path(path)
     if path.is_dir():
         from workbench.tables import load_tables

@@ -2,51 +2,31 @@
 
 A Profile wraps one or more simulator Traces (several when a run was recorded in pieces) and
 the compiled graphs seen during the run. Tables are pandas DataFrames built from the Trace's
-records; figures, the dashboard and the exporters all read from the same Profile.
+records; figures, the dashboard and the exporters all read from the same Profile. This module
+holds the data only: ``show()``, ``save_html()``, the exports and ``load()`` call presenters
+(``workbench.presenters``) that the modules drawing and writing profiles register, so none of
+those modules is imported from here.
 """
 from __future__ import annotations
 
-import html
 import logging
-from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
 
-from backend.sim.trace import InstructionEvent, OpSummary, Trace
+from backend.sim.trace import OpSummary, Trace, merge_traces
 from workbench.graphs import expand_graphs
+from workbench.html_parts import summary_html
+from workbench.presenters import present
 
-__all__ = ["Profile", "merge_traces", "EVENT_COLUMNS"]
+__all__ = ["Profile", "EVENT_COLUMNS"]
 
 log = logging.getLogger(__name__)
 
 EVENT_COLUMNS = ("start_ns", "end_ns", "duration_ns", "engine", "opcode", "op_index",
                  "bytes_moved", "flops")
 _MEMORY_LEVELS = ("hbm", "sbuf", "psum")
-
-
-def merge_traces(traces) -> Trace:
-    """One Trace holding ``traces`` back to back; the inputs are left untouched."""
-    traces = list(traces)
-    if len(traces) == 1:
-        return traces[0]
-    first = traces[0]
-    engines = list(first.engines)
-    for t in traces[1:]:
-        engines += [e for e in t.engines if e not in engines]
-    merged = Trace(target=first.target, device_kind=first.device_kind,
-                   peak_flops_per_s=first.peak_flops_per_s, hbm_bytes_per_s=first.hbm_bytes_per_s,
-                   max_events=sum(t.max_events for t in traces), engines=tuple(engines))
-    for t in traces:
-        shift, base = merged.total_end_ns(), len(merged.ops)
-        merged.ops.extend(replace(op, op_index=op.op_index + base, start_ns=op.start_ns + shift,
-                                  end_ns=op.end_ns + shift, busy_ns=dict(op.busy_ns)) for op in t.ops)
-        merged.events.extend(InstructionEvent(e.start_ns + shift, e.end_ns + shift, e.engine, e.opcode,
-                                              e.op_index + base, e.bytes_moved, e.flops) for e in t.events)
-        merged.hbm_timeline.extend((ts + shift, nbytes) for ts, nbytes in t.hbm_timeline)
-        merged.events_dropped += t.events_dropped
-    return merged
 
 
 class Profile:
@@ -155,19 +135,13 @@ class Profile:
             sources=("source", lambda s: ", ".join(sorted({x for x in s if x}))))
         return table.reset_index().sort_values("time_ns", ascending=False, ignore_index=True)
 
-    # -- views -----------------------------------------------------------------------------
+    # -- views and files: drawn and written by the modules that provide each presenter -----
     def figures(self) -> dict:
         """Every figure of the dashboard, by name (graph views one per compiled graph)."""
-        from workbench import figures
-        return figures.profile_figures(self)
+        return present("profile.figures", self)
 
     def _repr_html_(self) -> str:
-        from workbench.format import summary_rows
-        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-                       f"<td style='text-align:right'>{html.escape(v)}</td></tr>"
-                       for k, v in summary_rows(self.summary))
-        title = html.escape(f"Profile: {self.trace.device_kind} {self.trace.target}")
-        return f"<table><caption style='text-align:left'><b>{title}</b></caption>{rows}</table>"
+        return summary_html(self.summary, caption=f"Profile: {self.trace.device_kind} {self.trace.target}")
 
     def __repr__(self) -> str:
         s = self.summary
@@ -176,30 +150,22 @@ class Profile:
 
     def show(self):
         """Display the dashboard (Jupyter) and return it."""
-        from workbench.widgets import Dashboard
-        dash = Dashboard(self)
-        dash.display()
-        return dash
+        return present("profile.show", self)
 
-    # -- files -----------------------------------------------------------------------------
     def save_html(self, path) -> Path:
-        from workbench.report import save_html
-        return save_html(self, path)
+        """Write a standalone HTML report (plotly.js inline: opens offline)."""
+        return present("profile.save_html", self, path)
 
     def export_chrome_trace(self, path, *, max_events: int | None = None, full: bool = False) -> Path:
-        from workbench.export import export_chrome_trace
-        return export_chrome_trace(self, path, max_events=max_events, full=full)
+        return present("profile.export_chrome_trace", self, path, max_events=max_events, full=full)
 
     def to_csv(self, directory) -> Path:
-        from workbench.tables import write_tables
-        return write_tables(self, directory, fmt="csv")
+        return present("profile.write_tables", self, directory, fmt="csv")
 
     def to_parquet(self, directory) -> Path:
-        from workbench.tables import write_tables
-        return write_tables(self, directory, fmt="parquet")
+        return present("profile.write_tables", self, directory, fmt="parquet")
 
     @classmethod
     def load(cls, path) -> "Profile":
         """Read a Chrome trace written by ``export_chrome_trace`` or a ``to_csv``/``to_parquet`` folder."""
-        from workbench.export import load_trace
-        return load_trace(path)
+        return present("profile.load", path)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.profiles import EVENT_COLUMNS
+from workbench.presenters import presenter
+from workbench.profiles import EVENT_COLUMNS, Profile
 from workbench.records import json_safe, trace_from_parts, trace_header
 
 __all__ = ["write_tables", "load_tables", "TABLE_FORMATS"]
@@ -22,6 +23,7 @@ TABLE_FORMATS = ("csv", "parquet")
 _META_FILE = "profile.json"
 
 
+@presenter("profile.write_tables")
 def write_tables(profile, directory, *, fmt: str = "csv") -> Path:
     """Write ops/instructions/fallbacks as ``fmt`` files and profile.json into ``directory``."""
     if fmt not in TABLE_FORMATS:
@@ -51,7 +53,6 @@ def _read(directory: Path, name: str, fmt: str) -> pd.DataFrame:
 
 def load_tables(directory):
     """A Profile from a folder written by ``write_tables``."""
-    from workbench.profiles import Profile
     directory = Path(directory)
     meta_path = directory / _META_FILE
     if not meta_path.exists():

@@ -6,15 +6,17 @@ not stack new outputs. ipywidgets and plotly's FigureWidget are imported inside 
 """
 from __future__ import annotations
 
-import html
 import logging
 
 from workbench.figures import (graph_figure, highlight_op, memory_figure, roofline_figure, timeline_figure,
                                utilisation_figure)
 from workbench.figures.utilisation import op_table
-from workbench.format import fmt_bytes, fmt_count, fmt_time_s, summary_rows
+from workbench.format import fmt_bytes, fmt_count, fmt_time_s
+from workbench.html_parts import fallbacks_html, graph_html, html_table, summary_html
+from workbench.presenters import presenter
+from workbench.profiles import Profile
 
-__all__ = ["Dashboard", "TABS", "OP_SORT_KEYS"]
+__all__ = ["Dashboard", "show_dashboard", "TABS", "OP_SORT_KEYS"]
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +30,6 @@ def _replace_figure(widget, fig) -> None:
     widget.data = ()
     widget.layout = fig.layout
     widget.add_traces(list(fig.data))
-
-
-def _html_table(header, rows) -> str:
-    head = "".join(f"<th style='text-align:left;padding:2px 8px'>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                   for row in rows)
-    return f"<table style='border-collapse:collapse;font-size:12px'><tr>{head}</tr>{body}</table>"
 
 
 class Dashboard:
@@ -74,28 +69,18 @@ class Dashboard:
     # -- content ---------------------------------------------------------------------------
     def update(self, profile) -> "Dashboard":
         """Show ``profile`` (a Profile or Trace) in the existing widgets."""
-        from workbench.profiles import Profile
         self.profile = profile = Profile.coerce(profile)
-        rows = summary_rows(profile.summary)
-        self.summary_html.value = _html_table(("metric", "value"), rows)
+        self.summary_html.value = summary_html(profile.summary)
         _replace_figure(self.timeline, timeline_figure(profile, max_bars=self.max_bars))
         _replace_figure(self.memory, memory_figure(profile))
         _replace_figure(self.roofline, roofline_figure(profile))
-        self.fallbacks_html.value = self._fallbacks()
+        self.fallbacks_html.value = fallbacks_html(profile.fallbacks)
         self.graph_select.options = [(g.name, i) for i, g in enumerate(profile.graphs)]
         self.graph_select.value = 0 if profile.graphs else None
         self._show_graph(self.graph_select.value)
         self.op_select.value = None         # op indices of the old profile mean nothing here
         self._refresh_ops()
         return self
-
-    def _fallbacks(self) -> str:
-        fb = self.profile.fallbacks
-        if not len(fb):
-            return "<p>No op fell back to the host.</p>"
-        return _html_table(("op", "calls", "time", "host time", "bytes moved", "source"),
-                           [(r.name, r.count, fmt_time_s(r.time_ns * 1e-9), fmt_time_s(r.host_busy_ns * 1e-9),
-                             fmt_bytes(r.hbm_bytes), r.sources) for r in fb.itertuples()])
 
     def _show_graph(self, index) -> None:
         graphs = self.profile.graphs if self.profile is not None else []
@@ -105,9 +90,7 @@ class Dashboard:
             return
         graph = graphs[index]
         _replace_figure(self.graph, graph_figure(graph))
-        breaks = "".join(f"<li>{html.escape(b)}</li>" for b in graph.graph_breaks)
-        self.graph_text.value = (f"<details><summary>FX graph</summary><pre>{html.escape(graph.fx_text)}</pre>"
-                                 f"</details>" + (f"<p>Graph breaks:</p><ul>{breaks}</ul>" if breaks else ""))
+        self.graph_text.value = graph_html(graph)
 
     def filtered_ops(self):
         """The op table as the sort and filter controls currently select it."""
@@ -146,7 +129,7 @@ class Dashboard:
                   ("inputs", row.get("input_shapes", "")), ("outputs", row.get("output_shapes", "")),
                   ("FLOPs", fmt_count(row["flops"])), ("HBM bytes", fmt_bytes(row["hbm_bytes"])),
                   ("source", row.get("source") or "unknown"))
-        self.op_detail.value = _html_table(("field", "value"), fields)
+        self.op_detail.value = html_table(fields, ("field", "value"))
 
     # -- display ---------------------------------------------------------------------------
     def display(self) -> None:
@@ -155,3 +138,11 @@ class Dashboard:
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
+
+
+@presenter("profile.show")
+def show_dashboard(profile) -> Dashboard:
+    """Display the dashboard of ``profile`` (Jupyter) and return it: ``Profile.show()``."""
+    dash = Dashboard(profile)
+    dash.display()
+    return dash

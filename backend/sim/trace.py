@@ -8,9 +8,10 @@ row per op name (``ops_folded``). Totals and the summary are always complete.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
-__all__ = ["InstructionEvent", "OpSummary", "Trace", "ENGINE_CLASSES", "TRAFFIC_FIELDS"]
+__all__ = ["InstructionEvent", "OpSummary", "Trace", "merge_traces", "engine_class", "ENGINE_CLASSES",
+           "TRAFFIC_FIELDS"]
 
 # Engine classes used for per-engine busy time. DMA queues are named "dma<q>" in events and
 # rolled up as "dma". The GPU model uses "tensor_core", "cuda_core", "hbm" and "copy".
@@ -188,7 +189,7 @@ class Trace:
         hbm_write = sum(op.hbm_write_bytes for op in self.ops)
         busy = self.busy_ns_by_engine_class()
         # DMA busy is summed over queues; report it as the share of queue-time in use.
-        dma_tracks = max(1, sum(1 for e in self.engines if e.startswith("dma")))
+        dma_tracks = max(1, sum(1 for e in self.engines if engine_class(e) == "dma"))
 
         def pct(ns: float, tracks: int = 1) -> float:
             return 100.0 * ns / (total_ns * tracks) if total_ns else 0.0
@@ -252,19 +253,30 @@ class Trace:
             for e in self.events
         ]
 
-    def extend(self, other: "Trace", offset_ns: float | None = None) -> None:
-        """Append another trace's ops/events after this one (op indices renumbered)."""
-        shift = self.total_end_ns() if offset_ns is None else offset_ns
-        base = len(self.ops)
-        for op in other.ops:
-            op.op_index += base
-            op.start_ns += shift
-            op.end_ns += shift
-            self.ops.append(op)
-        for e in other.events:
-            self.add_event(InstructionEvent(e.start_ns + shift, e.end_ns + shift, e.engine, e.opcode,
-                                            e.op_index + base, e.bytes_moved, e.flops))
-        self.events_dropped += other.events_dropped
-
     def total_end_ns(self) -> float:
         return max((op.end_ns for op in self.ops), default=0.0)
+
+
+def merge_traces(traces) -> Trace:
+    """One Trace holding ``traces`` back to back (op indices renumbered); the inputs are left
+    untouched, so a trace can be merged into several views."""
+    traces = list(traces)
+    if len(traces) == 1:
+        return traces[0]
+    first = traces[0]
+    engines = list(first.engines)
+    for t in traces[1:]:
+        engines += [e for e in t.engines if e not in engines]
+    merged = Trace(target=first.target, device_kind=first.device_kind,
+                   peak_flops_per_s=first.peak_flops_per_s, hbm_bytes_per_s=first.hbm_bytes_per_s,
+                   max_events=sum(t.max_events for t in traces), engines=tuple(engines))
+    for t in traces:
+        shift, base = merged.total_end_ns(), len(merged.ops)
+        merged.ops.extend(replace(op, op_index=op.op_index + base, start_ns=op.start_ns + shift,
+                                  end_ns=op.end_ns + shift, busy_ns=dict(op.busy_ns),
+                                  instruction_counts=dict(op.instruction_counts)) for op in t.ops)
+        merged.events.extend(InstructionEvent(e.start_ns + shift, e.end_ns + shift, e.engine, e.opcode,
+                                              e.op_index + base, e.bytes_moved, e.flops) for e in t.events)
+        merged.hbm_timeline.extend((ts + shift, nbytes) for ts, nbytes in t.hbm_timeline)
+        merged.events_dropped += t.events_dropped
+    return merged

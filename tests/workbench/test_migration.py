@@ -13,7 +13,7 @@ import workbench as wb
 from backend.lowering.registry import lowering_for
 from backend.sim.presets import MiB, derive
 from workbench import cli
-from workbench.migration_run import Step, replica, to_device
+from workbench.migration.run import Step, replica, to_device
 
 UNLOWERED_OP = "aten::linalg_cholesky_ex"
 
@@ -225,7 +225,7 @@ def test_frames_html_and_widget(tight_report, tmp_path):
     assert "does NOT fit" in snippet and "Plotly" not in snippet
     assert "MigrationReport(Sequential" in repr(report)
     ipywidgets = pytest.importorskip("ipywidgets")
-    from workbench.migration_view import widget
+    from workbench.migration.view import widget
     view = widget(report)
     assert isinstance(view, ipywidgets.VBox) and len(view.children[1].children) == 6
 

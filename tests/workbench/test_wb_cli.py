@@ -98,3 +98,12 @@ def test_python_m_workbench_end_to_end(script, tmp_path):
     assert "TensorE active" in result.stdout
     from workbench.export import load_trace
     assert "aten::mm" in set(load_trace(tmp_path / "t.json.gz").ops["name"])
+
+
+def test_compile_modules_restores_module_call_when_the_block_raises():
+    original = vars(torch.nn.Module)["__call__"]
+    with pytest.raises(RuntimeError, match="boom"):
+        with cli.compile_modules(backend="eager"):
+            assert vars(torch.nn.Module)["__call__"] is not original
+            raise RuntimeError("boom")
+    assert vars(torch.nn.Module)["__call__"] is original

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from backend.sim.trace import Trace
-from workbench.profiles import Profile, merge_traces
+from backend.sim.trace import Trace, merge_traces
+from workbench.profiles import Profile
 from wb_synth import NEURON_ENGINES, transformer_trace
 
 
@@ -63,6 +63,13 @@ def test_merge_traces_appends_without_touching_inputs():
     assert merged.ops[len(a.ops)].start_ns == pytest.approx(a.total_end_ns() + b_first)
     assert a.ops[0].start_ns == a_first and b.ops[0].op_index == 0 and b.ops[0].start_ns == b_first
     assert Profile([a, b]).summary["op_count"] == len(merged.ops)
+    # the merged rows own their per-engine dicts: changing them leaves the inputs as they were
+    merged.ops[0].busy_ns["tensor"] = merged.ops[0].instruction_counts["tensor"] = -1
+    assert a.ops[0].busy_ns.get("tensor") != -1 and a.ops[0].instruction_counts.get("tensor") != -1
+
+
+def test_merge_is_the_one_way_to_join_traces():
+    assert not hasattr(Trace, "extend")      # it renumbered the other trace's rows in place
 
 
 def test_empty_profile_has_tables_with_columns():

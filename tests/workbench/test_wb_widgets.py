@@ -68,3 +68,20 @@ def test_importing_the_workbench_does_not_import_widgets_or_ipython():
             "bad = [m for m in ('ipywidgets', 'IPython', 'anywidget') if m in sys.modules]\n"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_live_figures_are_anywidgets():
+    """Why pyproject declares anywidget: plotly's FigureWidget is one, and plotly does not
+    require it. When this fails, plotly changed its widget base and the dependency can go."""
+    anywidget = pytest.importorskip("anywidget")
+    import plotly.graph_objects as go
+    assert issubclass(go.FigureWidget, anywidget.AnyWidget)
+
+
+def test_profile_show_displays_the_dashboard_through_its_presenter(small_trace, monkeypatch):
+    import IPython.display
+    from workbench.widgets import Dashboard
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    dash = Profile(small_trace).show()
+    assert isinstance(dash, Dashboard) and shown == [dash.widget]

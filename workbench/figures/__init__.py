@@ -7,11 +7,13 @@ from workbench.figures.memory import memory_figure
 from workbench.figures.roofline import roofline_figure
 from workbench.figures.timeline import highlight_op, timeline_figure
 from workbench.figures.utilisation import utilisation_figure
+from workbench.presenters import presenter
 
 __all__ = ["timeline_figure", "highlight_op", "utilisation_figure", "memory_figure", "roofline_figure",
            "graph_figure", "comparison_figure", "profiles_figure", "profile_figures"]
 
 
+@presenter("profile.figures")
 def profile_figures(profile) -> dict:
     """The dashboard's figures by name: timeline, utilisation, memory, roofline, graph:<name>..."""
     out = {"timeline": timeline_figure(profile), "utilisation": utilisation_figure(profile),

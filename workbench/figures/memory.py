@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.figures.style import LEVEL_COLOURS, base_layout, empty_figure, time_scale
+from workbench.profiles import Profile
 
 __all__ = ["memory_figure", "TRAFFIC_COLUMNS"]
 
@@ -21,7 +22,6 @@ def _style(column: str) -> dict:
 
 def memory_figure(profile, *, top: int = 15, height: int = 820) -> go.Figure:
     """Three panels: bytes per op name (top by HBM traffic), cumulative bytes, HBM allocated."""
-    from workbench.profiles import Profile
     profile = Profile.coerce(profile)
     title = f"Memory traffic by level: {profile.trace.device_kind} {profile.trace.target}"
     ops = profile.ops

@@ -6,6 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from workbench.figures.style import KIND_COLOURS, base_layout, empty_figure, time_scale
+from workbench.profiles import Profile
 
 __all__ = ["roofline_figure", "roofline_points"]
 
@@ -28,7 +29,6 @@ def roofline_points(profile):
 
 
 def roofline_figure(profile, *, height: int = 480) -> go.Figure:
-    from workbench.profiles import Profile
     profile = Profile.coerce(profile)
     trace = profile.trace
     title = f"Roofline: {trace.device_kind} {trace.target}"

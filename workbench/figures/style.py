@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from backend.sim.trace import engine_class
+
 __all__ = ["ENGINE_COLOURS", "KIND_COLOURS", "LEVEL_COLOURS", "base_layout", "engine_colour",
            "palette", "shade", "empty_figure", "time_scale", "dma_queues"]
 
@@ -24,12 +26,11 @@ _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#
 def dma_queues(trace) -> int:
     """DMA queue tracks of a trace's target; busy time summed over queues is divided by this so
     DMA reads on the same scale as one engine (and as wall time)."""
-    return max(1, sum(1 for e in trace.engines if e.startswith("dma")))
+    return max(1, sum(1 for e in trace.engines if engine_class(e) == "dma"))
 
 
 def engine_colour(engine: str) -> str:
-    cls = "dma" if engine.startswith("dma") else engine
-    return ENGINE_COLOURS.get(cls, "#7f7f7f")
+    return ENGINE_COLOURS.get(engine_class(engine), "#7f7f7f")
 
 
 def shade(colour: str, k: int) -> str:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from backend.sim.trace import engine_class
 from workbench.aggregate import MIXED, aggregate_events
 from workbench.figures.style import KIND_COLOURS, base_layout, empty_figure, engine_colour, shade, time_scale
+from workbench.profiles import Profile
 
 __all__ = ["timeline_figure", "highlight_op", "OPS_TRACK"]
 
@@ -83,7 +85,6 @@ def _key_colours(agg, key, keep) -> dict:
 
 def timeline_figure(profile, *, max_bars: int = 20_000, height: int | None = None) -> go.Figure:
     """Engine timeline of ``profile`` (a Profile or Trace); at most ``max_bars`` instruction bars."""
-    from workbench.profiles import Profile
     profile = Profile.coerce(profile)
     title = f"Engine timeline: {profile.trace.device_kind} {profile.trace.target}"
     events = profile.instructions
@@ -94,7 +95,7 @@ def timeline_figure(profile, *, max_bars: int = 20_000, height: int | None = Non
     scale, unit = time_scale(span)
     agg, level = aggregate_events(events, max_bars)
     by_engine = level == "bins"
-    key = agg["engine"].map(lambda e: "dma" if e.startswith("dma") else e) if by_engine else agg["opcode"]
+    key = agg["engine"].map(engine_class) if by_engine else agg["opcode"]
     ranked = agg.groupby(key)["busy_ns"].sum().sort_values(ascending=False).index.tolist()
     keep = [k for k in ranked if k != MIXED][:_MAX_OPCODE_COLOURS]
     key = key.where(key.isin(keep), "other")
@@ -124,7 +125,6 @@ def timeline_figure(profile, *, max_bars: int = 20_000, height: int | None = Non
 
 def highlight_op(fig: go.Figure, profile, op_index: int | None) -> go.Figure:
     """Shade op ``op_index``'s time span on a timeline figure (in place); None clears it."""
-    from workbench.profiles import Profile
     profile = Profile.coerce(profile)
     if op_index is None or not len(profile.ops):
         fig.layout.shapes = ()

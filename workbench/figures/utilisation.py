@@ -8,6 +8,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from workbench.figures.style import ENGINE_COLOURS, base_layout, dma_queues, empty_figure, time_scale
+from workbench.profiles import Profile
 
 __all__ = ["utilisation_figure", "op_table", "SORT_KEYS"]
 
@@ -40,7 +41,6 @@ def utilisation_figure(profile, *, group_by: str | None = None, sort: str = "tim
 
     ``group_by`` defaults to "op" for short runs and "name" (sum over calls) beyond 60 ops.
     """
-    from workbench.profiles import Profile
     profile = Profile.coerce(profile)
     title = f"Engine busy time per op: {profile.trace.device_kind} {profile.trace.target}"
     if not len(profile.ops):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .. import autocast as device_autocast
-from .patcher import Patcher
+from ..patching import Patcher
 
 __all__ = ["install"]
 

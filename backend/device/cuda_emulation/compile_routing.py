@@ -16,7 +16,7 @@ import logging
 
 import torch
 
-from .patcher import Patcher
+from ..patching import Patcher
 
 __all__ = ["install", "routed_backend", "ROUTED_BACKEND"]
 

@@ -10,7 +10,7 @@ import torch
 
 from ..device_module import DEVICE_MODULES, DeviceModule
 from .device import active
-from .patcher import Patcher
+from ..patching import Patcher
 
 __all__ = ["MODULE", "install"]
 

@@ -21,10 +21,10 @@ from backend.sim.presets import DEFAULT_GPU_TARGET
 
 from .. import memory, neuron_module
 from ..factories import register_factories, unregister_factories
+from ..patching import Patcher
 from ..registration import register
 from . import autocast, compile_routing, cuda_api, guard, tensors
 from .device import ACTIVE, EmulatedDevice, set_active
-from .patcher import Patcher
 
 __all__ = ["enable", "disable", "is_enabled", "emulate_cuda", "current"]
 

@@ -21,7 +21,7 @@ import torch
 
 from ..device_module import REPORTED_AS, check_device
 from ..tensor import DeviceTensor
-from .patcher import Patcher
+from ..patching import Patcher
 
 __all__ = ["install"]
 

@@ -1,8 +1,9 @@
 """Reversible changes to other modules: every patch remembers what it replaced.
 
 CUDA emulation changes torch at run time (``torch.cuda`` functions, ``Tensor.to``, dispatch
-registrations, ...). Each change goes through one :class:`Patcher`, which undoes them in
-reverse order, so turning emulation off leaves torch exactly as it found it.
+registrations, ...), and ``workbench profile --compile`` routes ``nn.Module.__call__`` through
+``torch.compile``. Each change goes through a :class:`Patcher`, which undoes them in reverse
+order, so switching the change off leaves torch exactly as it found it.
 """
 from __future__ import annotations
 

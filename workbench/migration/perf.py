@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from backend.sim.trace import Trace
-from workbench.migration_run import PHASES, StepRecording
+from workbench.migration.run import PHASES, StepRecording
 
 __all__ = ["coverage_table", "performance_table", "time_breakdown", "COVERAGE_COLUMNS", "PERFORMANCE_COLUMNS",
            "BREAKDOWN_COLUMNS", "STATUS"]

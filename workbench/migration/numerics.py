@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 from torch.utils._pytree import tree_flatten
 
-from workbench.migration_run import replica, to_device
+from workbench.migration.run import replica, to_device
 
 __all__ = ["Numerics", "layer_drift", "LAYER_COLUMNS", "DEFAULT_DRIFT_THRESHOLD"]
 

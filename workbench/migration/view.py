@@ -12,10 +12,10 @@ import plotly.graph_objects as go
 
 from workbench.figures.style import KIND_COLOURS, base_layout, empty_figure, palette
 from workbench.format import fmt_bytes, fmt_time_s
-from workbench.migration_memory import CATEGORIES
-from workbench.report import _STYLE
+from workbench.html_parts import REPORT_STYLE
+from workbench.migration.memory import CATEGORIES
 
-__all__ = ["report_figures", "sections", "report_html", "widget"]
+__all__ = ["findings", "report_figures", "sections", "report_html", "widget"]
 
 _STATUS_COLOURS = {"lowered": KIND_COLOURS["op"], "lowered (fused)": KIND_COLOURS["kernel"],
                    "host fallback": KIND_COLOURS["fallback"], "host<->device transfer": KIND_COLOURS["transfer"],
@@ -105,6 +105,53 @@ def report_figures(report) -> dict:
             "memory": memory_figure(report)}
 
 
+# -- text ---------------------------------------------------------------------------------
+def findings(report) -> list[str]:
+    """The headline of ``report``: one line per question, the answer first."""
+    out = []
+    cov, fb = report.coverage, report.fallbacks
+    compute = cov[cov["status"].isin(("lowered", "host fallback"))]
+    if len(fb):
+        share = fb["percent_of_step"].sum()
+        out.append(f"op coverage: {len(fb)} of {len(compute)} op types fall back to the host "
+                   f"({', '.join(fb['op'])}): {fmt_time_s(fb['time_ns'].sum() * 1e-9)}, "
+                   f"{share:.1f} % of the {report.target} step")
+    else:
+        out.append(f"op coverage: all {len(compute)} op types lower on the NeuronCore")
+    num = report.numerics
+    if num.flagged:
+        origins = num.drift_origins or num.flagged
+        out.append(f"numerics: {len(num.flagged)} layer(s) drift past {num.threshold:g}, starting at "
+                   f"{', '.join(origins[:4])}{', ...' if len(origins) > 4 else ''}; "
+                   f"model output drift {num.output_rel_error:.3g}")
+    else:
+        out.append(f"numerics: no layer drifts past {num.threshold:g} (worst {num.max_rel_error:.3g} max, "
+                   f"model output {num.output_rel_error:.3g} mean)")
+    comp = report.compile
+    line = f"compile: {comp.graph_break_count} graph break(s), {len(comp.recompiles)} recompile(s)"
+    if len(comp.breaks):
+        first = comp.breaks.iloc[0]
+        line += f"; first: {first['reason']} at {first['source'] or 'unknown line'}"
+    if comp.compiled_error:
+        line += f"; no compiled step ({comp.compiled_error})"
+    out.append(line)
+    neuron, gpu = report.step("neuron"), report.step("cuda")
+    if neuron is not None and gpu is not None:
+        out.append(f"performance: eager step {fmt_time_s(neuron.step_time_s)} on {report.target} vs "
+                   f"{fmt_time_s(gpu.step_time_s)} on {report.baseline} "
+                   f"({neuron.step_time_s / gpu.step_time_s:.2f}x), MFU {neuron.mfu_percent:.1f} % vs "
+                   f"{gpu.mfu_percent:.1f} %")
+    compiled = report.step("neuron", "compiled")
+    if compiled is not None:
+        out.append(f"performance: compiled step {fmt_time_s(compiled.step_time_s)} on {report.target}")
+    mem = report.memory
+    verdict = "fits" if mem.fits else "does NOT fit"
+    out.append(f"memory: batch {mem.batch_size} needs ~{fmt_bytes(mem.peak_bytes)} of "
+               f"{fmt_bytes(mem.capacity_bytes)} HBM per core: {verdict}; largest batch that fits "
+               f"≈ {mem.max_batch_size} (estimate)")
+    return out
+
+
 # -- HTML sections ------------------------------------------------------------------------
 def _frame_html(frame: pd.DataFrame, formats: dict | None = None, max_rows: int = 60) -> str:
     if not len(frame):
@@ -123,13 +170,13 @@ def _ns(v) -> str:
 
 def sections(report) -> dict:
     """Section title -> HTML body, in reading order."""
-    findings = "".join(f"<li>{html.escape(f)}</li>" for f in report.findings)
+    headline = "".join(f"<li>{html.escape(f)}</li>" for f in findings(report))
     mem, num, comp = report.memory, report.numerics, report.compile
     compile_status = (f"<p class='note'>No compiled step: {html.escape(comp.compiled_error)}</p>"
                       if comp.compiled_error else "")
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in comp.notes)
     return {
-        "findings": f"<ul>{findings}</ul>",
+        "findings": f"<ul>{headline}</ul>",
         "performance": _frame_html(report.performance, {"step_time_s": fmt_time_s, "hbm_bytes": fmt_bytes,
                                                         "fallback_time_s": fmt_time_s}) + compile_status
         + _frame_html(report.time_breakdown, {"time_ns": _ns}),
@@ -167,9 +214,9 @@ def report_html(report, *, figures: bool = True, standalone: bool = True) -> str
                 first = False
     inner = "".join(body)
     if not standalone:
-        return f"<div class='wb-migration'><style>{_STYLE}</style>{inner}</div>"
+        return f"<div class='wb-migration'><style>{REPORT_STYLE}</style>{inner}</div>"
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(_title(report))}</title>"
-            f"<style>{_STYLE}</style></head><body>{inner}</body></html>")
+            f"<style>{REPORT_STYLE}</style></head><body>{inner}</body></html>")
 
 
 def widget(report):
@@ -179,7 +226,7 @@ def widget(report):
     figs = report_figures(report)
     tabs, titles = [], []
     for name, content in sections(report).items():
-        children = [w.HTML(f"<style>{_STYLE}</style>{content}")]
+        children = [w.HTML(f"<style>{REPORT_STYLE}</style>{content}")]
         children += [go.FigureWidget(figs[f]) for f in _FIGURES_BY_SECTION.get(name, ())]
         tabs.append(w.VBox(children))
         titles.append(name)

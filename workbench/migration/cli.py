@@ -13,12 +13,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-__all__ = ["add_migrate_parser", "migrate_command", "SCRIPT_RUN_NAME"]
+from workbench.migration.numerics import DEFAULT_DRIFT_THRESHOLD
+from workbench.migration.report import migration_report_for
+
+__all__ = ["add_migrate_parser", "migrate_command", "parse_batch_sizes", "SCRIPT_RUN_NAME"]
 
 SCRIPT_RUN_NAME = "__workbench_migrate__"
 
 
-def _batch_sizes(text: str) -> list[int]:
+def parse_batch_sizes(text: str) -> list[int]:
     try:
         sizes = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -30,7 +33,6 @@ def _batch_sizes(text: str) -> list[int]:
 
 def add_migrate_parser(sub) -> argparse.ArgumentParser:
     from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET
-    from workbench.migration_numerics import DEFAULT_DRIFT_THRESHOLD
 
     p = sub.add_parser("migrate", help="report what moving a script's model from a GPU to Trainium would take")
     p.add_argument("script", type=Path, help="Python script that defines the model and its example inputs")
@@ -40,7 +42,7 @@ def add_migrate_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--target", default=DEFAULT_NEURON_TARGET, help="NeuronCore preset (default: %(default)s)")
     p.add_argument("--baseline", default=DEFAULT_GPU_TARGET, help="GPU preset to compare with (default: %(default)s)")
     p.add_argument("--inference", action="store_true", help="forward only (default: a training step with Adam)")
-    p.add_argument("--batch-sizes", type=_batch_sizes, metavar="B,B,...", help="batch sizes for the memory table")
+    p.add_argument("--batch-sizes", type=parse_batch_sizes, metavar="B,B,...", help="batch sizes for the memory table")
     p.add_argument("--drift-threshold", type=float, default=DEFAULT_DRIFT_THRESHOLD,
                    help=f"flag layers whose mean relative error exceeds this (default: {DEFAULT_DRIFT_THRESHOLD})")
     p.add_argument("--no-compile", action="store_true", help="skip the step compiled with backend='neuron'")
@@ -52,8 +54,6 @@ def add_migrate_parser(sub) -> argparse.ArgumentParser:
 
 def migrate_command(args, script_args: list, run_script) -> int:
     """Run the ``migrate`` subcommand; ``run_script(path, argv, run_name)`` returns the globals."""
-    from workbench.migration import migration_report_for
-
     if not args.script.is_file():
         raise FileNotFoundError(f"no such script: {args.script}")
     namespace = run_script(args.script, script_args, run_name=SCRIPT_RUN_NAME)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from workbench.migration_run import StepRecording, replica, to_device
+from workbench.migration.run import StepRecording, replica, to_device
 
 __all__ = ["CompileReadiness", "compile_readiness", "BREAK_COLUMNS", "RECOMPILE_COLUMNS"]
 

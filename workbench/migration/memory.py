@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 from torch.utils._pytree import tree_flatten
 
-from workbench.migration_run import PHASES, Step, replica, to_device
+from workbench.migration.run import PHASES, Step, replica, to_device
 
 __all__ = ["MemoryFit", "measure_memory", "fit_memory", "BATCH_COLUMNS", "CATEGORIES"]
 

@@ -1,50 +1,7 @@
-"""``migration_report()``: what it would take to move a PyTorch model from a GPU to Trainium.
+"""``MigrationReport``, the data of a migration report, and ``migration_report()``, which makes it.
 
-One call runs the model (on replicas; the model passed in is never modified) and answers five
-questions, each as dataclass fields and DataFrames:
-
-- op coverage: every aten op of a training step (forward, backward, optimizer step), lowered on
-  the NeuronCore or run as a host fallback, with calls and simulated cost (transfers included);
-- numerics: per-layer drift of ``neuron`` with hardware numerics (bf16 matmul inputs) against
-  CPU fp32, worst layers named, layers past ``drift_threshold`` flagged with a suggestion;
-- compile readiness: graph breaks with reasons and source lines, recompiles, mode caveats, and
-  the step compiled with ``backend="neuron"`` (or why there is none);
-- performance: simulated step time and MFU on the target and on the baseline GPU (both costing
-  the same op stream), and where the NeuronCore's time goes;
-- memory: parameters, activations, gradients and optimizer state against the target's per-core
-  HBM, and the largest batch that fits (an estimate: activations scale linearly in the batch).
-
-A small GPT-style model, trained on trn2 against an H100::
-
-    import torch, workbench as wb
-    from torch import nn
-
-    class TinyGPT(nn.Module):
-        def __init__(self, vocab=512, d=128, heads=4, layers=2, seq=64):
-            super().__init__()
-            self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
-            block = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
-            self.blocks = nn.TransformerEncoder(block, layers)
-            self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
-            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq))
-
-        def forward(self, idx):
-            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-            return self.head(self.norm(self.blocks(x, mask=self.mask, is_causal=True)))
-
-    report = wb.migration_report(TinyGPT(), torch.randint(0, 512, (8, 64)), target="trn2", baseline="h100")
-    report.findings                 # the headline, one line per question
-    report.coverage                 # DataFrame: op, status, calls, phases, time_ns, ...
-    report.show()                   # the widget, in a notebook
-    report.save_html("gpt_migration.html")
-
-A CNN, inference only, with a batch sweep::
-
-    cnn = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-                        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                        nn.Flatten(), nn.Linear(64, 10))
-    report = wb.migration_report(cnn, torch.randn(16, 3, 32, 32), training=False, batch_sizes=[16, 256, 4096])
-    report.memory.batches           # estimated peak HBM per batch size, and whether it fits
+The report holds tables and dataclasses; ``view`` words and draws them (findings, HTML, figures,
+widget).
 """
 from __future__ import annotations
 
@@ -58,14 +15,13 @@ import torch
 
 from backend.sim.gpu import get_gpu
 from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET, get_target
-from workbench.format import fmt_bytes, fmt_time_s
-from workbench.migration_compile import CompileReadiness, compile_readiness
-from workbench.migration_memory import MemoryFit, fit_memory, measure_memory
-from workbench.migration_numerics import DEFAULT_DRIFT_THRESHOLD, Numerics, layer_drift
-from workbench.migration_perf import coverage_table, performance_table, time_breakdown
-from workbench.migration_run import batch_size, call_args, float_dtype, record_step, roomy_device
+from workbench.migration.compile import CompileReadiness, compile_readiness
+from workbench.migration.memory import MemoryFit, fit_memory, measure_memory
+from workbench.migration.numerics import DEFAULT_DRIFT_THRESHOLD, Numerics, layer_drift
+from workbench.migration.perf import coverage_table, performance_table, time_breakdown
+from workbench.migration.run import batch_size, call_args, float_dtype, record_step, roomy_device
 
-__all__ = ["migration_report", "migration_report_for", "MigrationReport", "DEFAULT_DRIFT_THRESHOLD"]
+__all__ = ["migration_report", "migration_report_for", "MigrationReport"]
 
 log = logging.getLogger(__name__)
 
@@ -95,55 +51,16 @@ class MigrationReport:
         """The coverage rows that ran on the host."""
         return self.coverage[self.coverage["status"] == "host fallback"].reset_index(drop=True)
 
-    def _step(self, device: str, mode: str = "eager"):
+    def step(self, device: str, mode: str = "eager"):
+        """The performance row of ``device`` ("neuron" or "cuda") in ``mode``, or None."""
         rows = self.performance[(self.performance["device"] == device) & (self.performance["mode"] == mode)]
         return rows.iloc[0] if len(rows) else None
 
     @property
     def findings(self) -> list[str]:
-        """One line per question, the answer first."""
-        out = []
-        cov, fb = self.coverage, self.fallbacks
-        compute = cov[cov["status"].isin(("lowered", "host fallback"))]
-        if len(fb):
-            share = fb["percent_of_step"].sum()
-            out.append(f"op coverage: {len(fb)} of {len(compute)} op types fall back to the host "
-                       f"({', '.join(fb['op'])}): {fmt_time_s(fb['time_ns'].sum() * 1e-9)}, "
-                       f"{share:.1f} % of the {self.target} step")
-        else:
-            out.append(f"op coverage: all {len(compute)} op types lower on the NeuronCore")
-        num = self.numerics
-        if num.flagged:
-            origins = num.drift_origins or num.flagged
-            out.append(f"numerics: {len(num.flagged)} layer(s) drift past {num.threshold:g}, starting at "
-                       f"{', '.join(origins[:4])}{', ...' if len(origins) > 4 else ''}; "
-                       f"model output drift {num.output_rel_error:.3g}")
-        else:
-            out.append(f"numerics: no layer drifts past {num.threshold:g} (worst {num.max_rel_error:.3g} max, "
-                       f"model output {num.output_rel_error:.3g} mean)")
-        comp = self.compile
-        line = f"compile: {comp.graph_break_count} graph break(s), {len(comp.recompiles)} recompile(s)"
-        if len(comp.breaks):
-            first = comp.breaks.iloc[0]
-            line += f"; first: {first['reason']} at {first['source'] or 'unknown line'}"
-        if comp.compiled_error:
-            line += f"; no compiled step ({comp.compiled_error})"
-        out.append(line)
-        neuron, gpu = self._step("neuron"), self._step("cuda")
-        if neuron is not None and gpu is not None:
-            out.append(f"performance: eager step {fmt_time_s(neuron.step_time_s)} on {self.target} vs "
-                       f"{fmt_time_s(gpu.step_time_s)} on {self.baseline} "
-                       f"({neuron.step_time_s / gpu.step_time_s:.2f}x), MFU {neuron.mfu_percent:.1f} % vs "
-                       f"{gpu.mfu_percent:.1f} %")
-        compiled = self._step("neuron", "compiled")
-        if compiled is not None:
-            out.append(f"performance: compiled step {fmt_time_s(compiled.step_time_s)} on {self.target}")
-        mem = self.memory
-        verdict = "fits" if mem.fits else "does NOT fit"
-        out.append(f"memory: batch {mem.batch_size} needs ~{fmt_bytes(mem.peak_bytes)} of "
-                   f"{fmt_bytes(mem.capacity_bytes)} HBM per core: {verdict}; largest batch that fits "
-                   f"≈ {mem.max_batch_size} (estimate)")
-        return out
+        """One line per question, the answer first (worded by the view)."""
+        from workbench.migration.view import findings
+        return findings(self)
 
     def to_frames(self) -> dict:
         """Every table of the report by name."""
@@ -154,11 +71,11 @@ class MigrationReport:
 
     # -- views -----------------------------------------------------------------------------
     def figures(self) -> dict:
-        from workbench.migration_view import report_figures
+        from workbench.migration.view import report_figures
         return report_figures(self)
 
     def _repr_html_(self) -> str:
-        from workbench.migration_view import report_html
+        from workbench.migration.view import report_html
         return report_html(self, figures=False, standalone=False)
 
     def __repr__(self) -> str:
@@ -169,14 +86,14 @@ class MigrationReport:
         """Display the report widget (Jupyter) and return it."""
         from IPython.display import display
 
-        from workbench.migration_view import widget
+        from workbench.migration.view import widget
         view = widget(self)
         display(view)
         return view
 
     def save_html(self, path) -> Path:
         """Write a standalone HTML report (plotly.js inline: opens offline)."""
-        from workbench.migration_view import report_html
+        from workbench.migration.view import report_html
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(report_html(self), encoding="utf-8")
