@@ -23,25 +23,20 @@ both grad_out and the input windows are transposed on TensorE, a transpose per t
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from itertools import product
 from math import ceil, prod
-from typing import TYPE_CHECKING
 
-from backend.lowering.builder import OpContext, itemsize, split_even
+from backend.lowering.builder import Emitter, OpContext, itemsize, split_even
+from backend.lowering.conv.geometry import KernelGradient, WindowProduct
 from backend.lowering.gemm import MAX_BLOCK_GROUPS, GemmShape, emit_gemm, plan_gemm
 from backend.lowering.matmul import tensor_engine_dtype
 from backend.lowering.stream import PLANE_BYTES_PER_PARTITION
 
-if TYPE_CHECKING:
-    from backend.lowering.conv import KernelGradient, WindowProduct
-
-Emitter = Callable[[OpContext], None]        # emits one candidate mapping into a context
 # Block splits tried for each mapping: the planner's own (fewest, largest blocks), and one block
 # per emitted group, so the first load and the last store are a 16th of the transfers each.
 PIPELINE_BLOCKS = (1, MAX_BLOCK_GROUPS)
 
-__all__ = ["Emitter", "tap_packings", "tensor_window", "tensor_kernel_gradient"]
+__all__ = ["tap_packings", "tensor_window", "tensor_kernel_gradient"]
 
 
 def tap_packings(channels: int, kernel: tuple, pe_rows: int) -> list[tuple[int, int]]:
