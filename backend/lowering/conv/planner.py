@@ -77,21 +77,3 @@ class Planner:
             _PICKS[self.key] = tuple(self.picks)
         for emit in chosen:
             emit(self.ctx)
-
-
-def _grad_bias(ctx: OpContext, out: int) -> None:
-    """Per-plane sums on VectorE (planes on partitions), folded into channels by a selection-matrix
-    matmul that accumulates every tile's partial sums in PSUM."""
-    g, channels, t = ctx.inputs[0], ctx.outputs[out], ctx.target
-    planes = g.shape[0] * g.shape[1]
-    tiles, parts, _ = plane_tiling(ctx, planes, (0,), ())
-    last = plane_stream(ctx, planes, lambda free: [vec("tensor_reduce", free(g), g.dtype, out_free=1, alu="add")],
-                        loads=(0,), stores=())
-    fold = ctx.b.matmul(k=parts, m=min(channels.numel, t.stationary_free_max), n=1, dtype="float32", deps=last,
-                        repeat=tiles * -(-channels.numel // t.stationary_free_max))
-    ev = ctx.b.compute("vector", "tensor_copy", free_size=1, partitions=min(channels.numel, t.partitions),
-                       src="psum", deps=(fold,), out_dtype=channels.dtype)
-    if ctx.out_to_hbm[out]:
-        ctx.b.dma(channels.nbytes, src="sbuf", dst="hbm", partitions=min(channels.numel, t.partitions),
-                  row_bytes=channels.itemsize, deps=(ev,))
-    ctx.set_ready(out, (ev,))
