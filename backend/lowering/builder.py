@@ -128,7 +128,7 @@ class OpContext:
 
     record: OpRecord
     target: NeuronConfig
-    b: Builder
+    builder: Builder
     in_ready: list = field(default_factory=list)
     out_to_hbm: list = field(default_factory=list)
     out_ready: list = field(default_factory=list)

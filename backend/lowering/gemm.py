@@ -157,7 +157,7 @@ def plan_gemm(shape: GemmShape, target: NeuronConfig) -> GemmPlan:
 def emit_gemm(ctx: OpContext, shape: GemmShape, plan: GemmPlan, a: int, b: int, bias: int | None,
               out: int = 0) -> None:
     """Emit the blocked GEMM; ``a``/``b``/``bias``/``out`` are operand positions in the record."""
-    bld, t = ctx.b, ctx.target
+    bld, t = ctx.builder, ctx.target
     s, s_out = itemsize(shape.dtype), itemsize(shape.out_dtype)
     s_hbm = itemsize(shape.load_dtype or shape.dtype)
     tm, tk, tn = plan.tm, plan.tk, plan.tn
@@ -260,7 +260,7 @@ def _load_operand(ctx: OpContext, index: int, loads: int, block_bytes: int, cast
     broadcast load: the engines write every replica, the source is read once."""
     if loads == 0:
         return ()
-    bld, t = ctx.b, ctx.target
+    bld, t = ctx.builder, ctx.target
     if ready:
         ids = ready
         if copies > 1:          # resident already: replicate it SBUF to SBUF

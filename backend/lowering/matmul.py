@@ -59,7 +59,7 @@ def gemm(ctx: OpContext, *, batch: int, m: int, k: int, n: int, a: int, b: int, 
     if bias_kind == "full":
         # beta * C arrives per output block: one more streamed operand, added during evacuation.
         c = ctx.inputs[bias]
-        ctx.b.dma(c.nbytes, src="hbm", dst="sbuf", row_bytes=c.shape[-1] * c.itemsize if c.shape else c.nbytes)
+        ctx.builder.dma(c.nbytes, src="hbm", dst="sbuf", row_bytes=c.shape[-1] * c.itemsize if c.shape else c.nbytes)
 
 
 @lowering("aten::mm", "aten::addmm", "aten::_scaled_mm")
@@ -110,7 +110,7 @@ def _cdist(ctx: OpContext) -> None:
     subtracts each x2 row from a tile of x1 rows and reduces |d|^p along the feature axis."""
     backward = ctx.record.name.endswith("backward")
     x1, x2 = ctx.inputs[1:3] if backward else ctx.inputs[:2]
-    out, b = ctx.outputs[0], ctx.b
+    out, b = ctx.outputs[0], ctx.builder
     *lead, rows1, feat = x1.shape
     rows2, batch = x2.shape[-2], prod(lead)
     parts = min(ctx.target.partitions, max(1, rows1))

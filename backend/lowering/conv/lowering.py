@@ -8,7 +8,7 @@ from backend.lowering.conv.tensor_engine import tensor_kernel_gradient
 from backend.lowering.conv.vector_engine import vector_kernel_gradient
 from backend.lowering.data import zero_fill
 from backend.lowering.registry import lowering
-from backend.lowering.stream import plane_stream, plane_tiling, vec
+from backend.lowering.stream import plane_stream, plane_tiling, vector_stage
 
 __all__: list[str] = []         # importing registers the lowering
 
@@ -19,14 +19,15 @@ def _grad_bias(ctx: OpContext, out: int) -> None:
     g, channels, t = ctx.inputs[0], ctx.outputs[out], ctx.target
     planes = g.shape[0] * g.shape[1]
     tiles, parts, _ = plane_tiling(ctx, planes, (0,), ())
-    last = plane_stream(ctx, planes, lambda free: [vec("tensor_reduce", free(g), g.dtype, out_free=1, alu="add")],
+    last = plane_stream(ctx, planes,
+                        lambda free: [vector_stage("tensor_reduce", free(g), g.dtype, out_free=1, alu="add")],
                         loads=(0,), stores=())
-    fold = ctx.b.matmul(k=parts, m=min(channels.numel, t.stationary_free_max), n=1, dtype="float32", deps=last,
+    fold = ctx.builder.matmul(k=parts, m=min(channels.numel, t.stationary_free_max), n=1, dtype="float32", deps=last,
                         repeat=tiles * -(-channels.numel // t.stationary_free_max))
-    ev = ctx.b.compute("vector", "tensor_copy", free_size=1, partitions=min(channels.numel, t.partitions),
+    ev = ctx.builder.compute("vector", "tensor_copy", free_size=1, partitions=min(channels.numel, t.partitions),
                        src="psum", deps=(fold,), out_dtype=channels.dtype)
     if ctx.out_to_hbm[out]:
-        ctx.b.dma(channels.nbytes, src="sbuf", dst="hbm", partitions=min(channels.numel, t.partitions),
+        ctx.builder.dma(channels.nbytes, src="sbuf", dst="hbm", partitions=min(channels.numel, t.partitions),
                   row_bytes=channels.itemsize, deps=(ev,))
     ctx.set_ready(out, (ev,))
 

@@ -128,7 +128,7 @@ def _kernel_gradient(ctx: OpContext, kg: KernelGradient, g_pack: int, window_blo
     C's diagonal blocks are kept); ``copy_ch`` channels of shifted input copies (one broadcast
     load) let one transpose cover several taps (``window_blocks`` transposes per tile);
     grad_bias, when asked, is one more moving column of ones."""
-    t, b = ctx.target, ctx.b
+    t, b = ctx.target, ctx.builder
     small, big, out = ctx.inputs[kg.small], ctx.inputs[kg.big], ctx.outputs[kg.out]
     dtype = tensor_engine_dtype(ctx, big.dtype)
     pixels = kg.batch * prod(kg.small_spatial)

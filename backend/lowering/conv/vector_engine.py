@@ -123,7 +123,7 @@ def vector_kernel_gradient(ctx: OpContext, kg: KernelGradient) -> Emitter:
     moving_tiles = ceil(sums / t.moving_free_max)
 
     def emit(c: OpContext) -> None:
-        b = c.b
+        b = c.builder
         last = stream(c, tiles=tiles, partitions=parts, stages=stages, loads=loads, stores=[], bufs=BUFFERS)
         fold = b.matmul(k=parts, m=channels, n=min(sums, t.moving_free_max), dtype="float32", deps=last,
                         repeat=tiles * moving_tiles)
