@@ -14,10 +14,10 @@ from backend.lowering.registry import lowering
 from backend.lowering.stream import Stage, TileIO, elementwise_tiling, scalar_stage, stream, vector_stage
 from backend.sim.descriptors import TensorDesc
 
-__all__ = ["elementwise", "TT_ALU", "ACTIVATIONS"]
+__all__ = ["elementwise", "BINARY_OP_TO_ALU", "ACTIVATIONS"]
 
 # aten op -> VectorE ALU op, when both operands are tensors (else tensor_scalar).
-TT_ALU = {
+BINARY_OP_TO_ALU = {
     "add": "add", "add_": "add", "sub": "subtract", "sub_": "subtract", "rsub": "subtract",
     "mul": "multiply", "mul_": "multiply", "div": "divide", "div_": "divide", "true_divide": "divide",
     "floor_divide": "divide", "maximum": "max", "minimum": "min", "fmax": "max", "fmin": "min",
@@ -31,8 +31,8 @@ TT_ALU = {
     "bitwise_and_": "bitwise_and", "bitwise_or_": "bitwise_or", "bitwise_xor_": "bitwise_xor",
     "maximum_": "max", "minimum_": "min", "remainder_": "mod", "fmod_": "mod", "atan2_": "atan2",
 }
-# single-tensor ALU ops on VectorE
-TS_OPS = ("neg", "neg_", "abs", "abs_", "sign", "sgn", "floor", "ceil", "round", "trunc", "frac",
+# single-tensor aten ops that are one VectorE ALU op (tensor_scalar)
+UNARY_ALU_OPS = ("neg", "neg_", "abs", "abs_", "sign", "sgn", "floor", "ceil", "round", "trunc", "frac",
           "clamp", "clamp_", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_", "hardtanh", "hardtanh_",
           "logical_not", "bitwise_not", "nan_to_num", "isnan", "isinf", "isfinite", "signbit",
           "threshold", "relu6", "floor_", "ceil_", "round_", "trunc_", "frac_", "sign_", "nan_to_num_",
@@ -95,9 +95,9 @@ def _op(ctx: OpContext) -> str:
     return ctx.record.name.split("::", 1)[-1].split(".", 1)[0]
 
 
-@lowering(*_aten(*TT_ALU))
+@lowering(*_aten(*BINARY_OP_TO_ALU))
 def _binary(ctx: OpContext) -> None:
-    alu = TT_ALU[_op(ctx)]
+    alu = BINARY_OP_TO_ALU[_op(ctx)]
 
     def stages(free, dtype, full, _ctx):
         tensors = sum(1 for t in ctx.inputs if t.numel)
@@ -108,7 +108,7 @@ def _binary(ctx: OpContext) -> None:
     elementwise(ctx, stages)
 
 
-@lowering(*_aten(*TS_OPS))
+@lowering(*_aten(*UNARY_ALU_OPS))
 def _unary_alu(ctx: OpContext) -> None:
     elementwise(ctx, lambda free, dtype, full, _c: [vector_stage("tensor_scalar", free, dtype, alu=_op(ctx))])
 
