@@ -9,7 +9,7 @@ from __future__ import annotations
 from math import ceil, prod
 
 from backend.lowering.builder import OpContext
-from backend.lowering.gemm import GemmShape, emit_gemm, plan_gemm
+from backend.lowering.gemm import TensorEngineGemm, emit_gemm, plan_blocked_gemm
 from backend.lowering.registry import lowering
 from backend.sim.descriptors import TensorDesc
 from backend.sim.flops import is_matmul_like
@@ -51,11 +51,11 @@ def gemm(ctx: OpContext, *, batch: int, m: int, k: int, n: int, a: int, b: int, 
         bias_kind = "row" if ctx.inputs[bias].numel <= n else "full"
     in_dtype = ctx.inputs[a].dtype
     dtype = tensor_engine_dtype(ctx, in_dtype)
-    shape = GemmShape(batch=batch, m=m, k=k, n=n, dtype=dtype, out_dtype=out_desc.dtype,
-                      load_dtype=in_dtype if dtype != in_dtype else None,
-                      a_transposed=a_transposed, b_transposed=b_transposed, bias=bias_kind,
-                      bias_dtype=ctx.inputs[bias].dtype if bias is not None else "float32", **extra)
-    emit_gemm(ctx, shape, plan_gemm(shape, ctx.target), a, b, bias if bias_kind != "none" else None, out)
+    shape = TensorEngineGemm(batch=batch, m=m, k=k, n=n, dtype=dtype, out_dtype=out_desc.dtype,
+                             load_dtype=in_dtype if dtype != in_dtype else None,
+                             a_transposed=a_transposed, b_transposed=b_transposed, bias=bias_kind,
+                             bias_dtype=ctx.inputs[bias].dtype if bias is not None else "float32", **extra)
+    emit_gemm(ctx, shape, plan_blocked_gemm(shape, ctx.target), a, b, bias if bias_kind != "none" else None, out)
     if bias_kind == "full":
         # beta * C arrives per output block: one more streamed operand, added during evacuation.
         c = ctx.inputs[bias]
