@@ -31,7 +31,7 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
     heads = max(1, prod(batch))
     if min(sq, sk, d, dv) == 0:
         return
-    b, t = ctx.b, ctx.target
+    b, t = ctx.builder, ctx.target
     dt = tensor_engine_dtype(ctx, q.dtype)
     qt, kt, kn = ceil(sq / 128), ceil(sk / 128), ceil(sk / 512)
     dt_tiles, qn = ceil(d / 128), ceil(sq / 512)

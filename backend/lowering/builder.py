@@ -7,6 +7,7 @@ kernel), and whether each output must be stored to HBM.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import ceil
 
@@ -14,7 +15,7 @@ from backend.sim.descriptors import DTYPE_BYTES, OpRecord, TensorDesc
 from backend.sim.ir import Instruction, Program
 from backend.sim.presets import NeuronConfig
 
-__all__ = ["Builder", "OpContext", "itemsize", "dma_engines_for", "split_even"]
+__all__ = ["Builder", "OpContext", "Emitter", "itemsize", "dma_engines_for", "split_even"]
 
 
 def itemsize(dtype: str) -> int:
@@ -127,7 +128,7 @@ class OpContext:
 
     record: OpRecord
     target: NeuronConfig
-    b: Builder
+    builder: Builder
     in_ready: list = field(default_factory=list)
     out_to_hbm: list = field(default_factory=list)
     out_ready: list = field(default_factory=list)
@@ -165,3 +166,6 @@ class OpContext:
     def set_ready(self, k: int, ids) -> None:
         if k < len(self.out_ready):
             self.out_ready[k] = tuple(ids)
+
+
+Emitter = Callable[[OpContext], None]       # emits instructions (a lowering, or one candidate mapping) into a context

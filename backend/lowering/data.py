@@ -46,8 +46,9 @@ def copy_tensor(ctx: OpContext, src_index: int, src: TensorDesc, dst: TensorDesc
         return
     run_bytes = contiguous_run(src) * src.itemsize
     if run_bytes >= MIN_DMA_RUN_BYTES or src.numel < TRANSPOSE_BLOCK:
-        ids = [ctx.b.dma(max(src.nbytes, dst.nbytes), src="hbm", dst="hbm", row_bytes=max(src.itemsize, run_bytes),
-                         src_bytes=src.nbytes, dst_bytes=dst.nbytes, deps=ctx.ready_deps(src_index))]
+        ids = [ctx.builder.dma(max(src.nbytes, dst.nbytes), src="hbm", dst="hbm",
+                               row_bytes=max(src.itemsize, run_bytes), src_bytes=src.nbytes, dst_bytes=dst.nbytes,
+                               deps=ctx.ready_deps(src_index))]
         ctx.set_ready(0, ids)
         return
     tiles, parts, free = elementwise_tiling(dst.numel, dst.dtype, ctx.target)
@@ -64,7 +65,7 @@ def copy_tensor(ctx: OpContext, src_index: int, src: TensorDesc, dst: TensorDesc
 def zero_fill(ctx: OpContext, out: TensorDesc, nbytes: int | None = None, run_bytes: int | None = None) -> int:
     """Zero ``nbytes`` (default: all) of an HBM tensor, in runs of ``run_bytes``: one memset tile in
     SBUF, broadcast out by DMA."""
-    b, t = ctx.b, ctx.target
+    b, t = ctx.builder, ctx.target
     nbytes = out.nbytes if nbytes is None else nbytes
     free = max(1, min(ceil(nbytes / out.itemsize / t.partitions), 2048))
     ms = b.compute("vector", "memset", free_size=free, dtype=out.dtype, value=0)
@@ -98,7 +99,7 @@ def _assemble(ctx: OpContext) -> None:
         run = t.itemsize
         for size in t.shape[dim:]:
             run *= size
-        ctx.b.dma(t.nbytes, src="hbm", dst="hbm", row_bytes=max(t.itemsize, run), deps=ctx.ready_deps(i))
+        ctx.builder.dma(t.nbytes, src="hbm", dst="hbm", row_bytes=max(t.itemsize, run), deps=ctx.ready_deps(i))
 
 
 @lowering("aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",

@@ -31,7 +31,7 @@ HOST_ONLY_OPS = frozenset({
 
 
 def lower_into(ctx: OpContext) -> bool:
-    """Append the op's instructions to ``ctx.b``; False when nothing lowers it.
+    """Append the op's instructions to ``ctx.builder``; False when nothing lowers it.
 
     A lowering returns ``False`` (having emitted nothing) to decline a shape the device cannot
     run, e.g. a sort whose rows do not fit SBUF; the op then runs on the host.
@@ -39,9 +39,9 @@ def lower_into(ctx: OpContext) -> bool:
     fn = lowering_for(ctx.record.name)
     if fn is None or ctx.record.fallback:
         return False
-    before = len(ctx.b.program.instructions)
+    before = len(ctx.builder.program.instructions)
     declined = fn(ctx) is False
-    emitted = len(ctx.b.program.instructions) > before
+    emitted = len(ctx.builder.program.instructions) > before
     if declined:
         if emitted:
             raise RuntimeError(f"lowering for {ctx.record.name} declined after emitting instructions")

@@ -11,13 +11,13 @@ from collections.abc import Callable
 
 from backend.lowering.builder import OpContext
 from backend.lowering.registry import lowering
-from backend.lowering.stream import Stage, TileIO, act, elementwise_tiling, stream, vec
+from backend.lowering.stream import Stage, TileIO, elementwise_tiling, scalar_stage, stream, vector_stage
 from backend.sim.descriptors import TensorDesc
 
-__all__ = ["elementwise", "TT_ALU", "ACTIVATIONS"]
+__all__ = ["elementwise", "BINARY_OP_TO_ALU", "ACTIVATIONS"]
 
 # aten op -> VectorE ALU op, when both operands are tensors (else tensor_scalar).
-TT_ALU = {
+BINARY_OP_TO_ALU = {
     "add": "add", "add_": "add", "sub": "subtract", "sub_": "subtract", "rsub": "subtract",
     "mul": "multiply", "mul_": "multiply", "div": "divide", "div_": "divide", "true_divide": "divide",
     "floor_divide": "divide", "maximum": "max", "minimum": "min", "fmax": "max", "fmin": "min",
@@ -31,8 +31,8 @@ TT_ALU = {
     "bitwise_and_": "bitwise_and", "bitwise_or_": "bitwise_or", "bitwise_xor_": "bitwise_xor",
     "maximum_": "max", "minimum_": "min", "remainder_": "mod", "fmod_": "mod", "atan2_": "atan2",
 }
-# single-tensor ALU ops on VectorE
-TS_OPS = ("neg", "neg_", "abs", "abs_", "sign", "sgn", "floor", "ceil", "round", "trunc", "frac",
+# single-tensor aten ops that are one VectorE ALU op (tensor_scalar)
+UNARY_ALU_OPS = ("neg", "neg_", "abs", "abs_", "sign", "sgn", "floor", "ceil", "round", "trunc", "frac",
           "clamp", "clamp_", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_", "hardtanh", "hardtanh_",
           "logical_not", "bitwise_not", "nan_to_num", "isnan", "isinf", "isfinite", "signbit",
           "threshold", "relu6", "floor_", "ceil_", "round_", "trunc_", "frac_", "sign_", "nan_to_num_",
@@ -95,69 +95,69 @@ def _op(ctx: OpContext) -> str:
     return ctx.record.name.split("::", 1)[-1].split(".", 1)[0]
 
 
-@lowering(*_aten(*TT_ALU))
+@lowering(*_aten(*BINARY_OP_TO_ALU))
 def _binary(ctx: OpContext) -> None:
-    alu = TT_ALU[_op(ctx)]
+    alu = BINARY_OP_TO_ALU[_op(ctx)]
 
     def stages(free, dtype, full, _ctx):
         tensors = sum(1 for t in ctx.inputs if t.numel)
         if tensors >= 2:
-            return [vec("tensor_tensor", free, dtype, 2, alu=alu)]
-        return [vec("tensor_scalar", free, dtype, alu=alu)]
+            return [vector_stage("tensor_tensor", free, dtype, 2, alu=alu)]
+        return [vector_stage("tensor_scalar", free, dtype, alu=alu)]
 
     elementwise(ctx, stages)
 
 
-@lowering(*_aten(*TS_OPS))
+@lowering(*_aten(*UNARY_ALU_OPS))
 def _unary_alu(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [vec("tensor_scalar", free, dtype, alu=_op(ctx))])
+    elementwise(ctx, lambda free, dtype, full, _c: [vector_stage("tensor_scalar", free, dtype, alu=_op(ctx))])
 
 
 @lowering(*_aten(*ACTIVATIONS))
 def _activation(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [act(free, dtype, _op(ctx).rstrip("_"))])
+    elementwise(ctx, lambda free, dtype, full, _c: [scalar_stage(free, dtype, _op(ctx).rstrip("_"))])
 
 
 @lowering(*_aten(*ACTIVATION_BACKWARD))
 def _activation_backward(ctx: OpContext) -> None:
     func = _op(ctx).replace("_backward", "_derivative")
-    elementwise(ctx, lambda free, dtype, full, _c: [act(free, dtype, func),
-                                                     vec("tensor_tensor", free, dtype, 2, alu="multiply")])
+    elementwise(ctx, lambda free, dtype, full, _c: [scalar_stage(free, dtype, func),
+                                                     vector_stage("tensor_tensor", free, dtype, 2, alu="multiply")])
 
 
 @lowering(*_aten("reciprocal", "reciprocal_"))
 def _reciprocal(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [vec("reciprocal", free, dtype)])
+    elementwise(ctx, lambda free, dtype, full, _c: [vector_stage("reciprocal", free, dtype)])
 
 
 @lowering(*_aten("where", "masked_fill", "masked_fill_", "masked_scatter"))
 def _select(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [vec("select", free, dtype, max(1, full))])
+    elementwise(ctx, lambda free, dtype, full, _c: [vector_stage("select", free, dtype, max(1, full))])
 
 
 @lowering(*_aten("addcmul", "addcmul_", "addcdiv", "addcdiv_", "lerp", "lerp_"))
 def _fused_multiply_add(ctx: OpContext) -> None:
     first = "divide" if "div" in _op(ctx) else "multiply"
-    elementwise(ctx, lambda free, dtype, full, _c: [vec("tensor_tensor", free, dtype, 2, alu=first),
-                                                     vec("tensor_tensor", free, dtype, 2, alu="add")])
+    elementwise(ctx, lambda free, dtype, full, _c: [vector_stage("tensor_tensor", free, dtype, 2, alu=first),
+                                                     vector_stage("tensor_tensor", free, dtype, 2, alu="add")])
 
 
 @lowering(*_aten("native_dropout"))
 def _dropout(ctx: OpContext) -> None:
     # VectorE dropout draws and applies the mask; a second pass writes the mask for backward.
-    elementwise(ctx, lambda free, dtype, full, _c: [vec("dropout", free, dtype),
-                                                     vec("tensor_scalar", free, dtype, alu="is_equal")])
+    elementwise(ctx, lambda free, dtype, full, _c: [vector_stage("dropout", free, dtype),
+                                                     vector_stage("tensor_scalar", free, dtype, alu="is_equal")])
 
 
 @lowering(*_aten("native_dropout_backward"))
 def _dropout_backward(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [vec("tensor_tensor", free, dtype, 2, alu="multiply")])
+    elementwise(ctx, lambda free, dtype, full, _c: [vector_stage("tensor_tensor", free, dtype, 2, alu="multiply")])
 
 
 @lowering(*_aten("fill_", "zero_", "fill", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
                  "new_zeros", "new_ones", "new_full", "scalar_tensor"))
 def _fill(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [vec("memset", free, _c.outputs[0].dtype, value=0)],
+    elementwise(ctx, lambda free, dtype, full, _c: [vector_stage("memset", free, _c.outputs[0].dtype, value=0)],
                 read_inputs=False)
 
 
@@ -170,39 +170,40 @@ def _random(ctx: OpContext) -> None:
 @lowering(*_aten("glu"))
 def _glu(ctx: OpContext) -> None:
     """a * sigmoid(b) over the halves of ``dim``: sigmoid on ScalarE, the product on VectorE."""
-    elementwise(ctx, lambda free, dtype, full, _c: [act(free, dtype, "sigmoid"),
-                                                     vec("tensor_tensor", free, dtype, 2, alu="multiply")])
+    elementwise(ctx, lambda free, dtype, full, _c: [scalar_stage(free, dtype, "sigmoid"),
+                                                     vector_stage("tensor_tensor", free, dtype, 2, alu="multiply")])
 
 
 @lowering(*_aten("glu_backward"))
 def _glu_backward(ctx: OpContext) -> None:
     # per half-element: s = sigmoid(b); da = g*s; db = g*a*s*(1-s): one activation, four VectorE ops
-    elementwise(ctx, lambda free, dtype, full, _c: [act(free // 2 or 1, dtype, "sigmoid"),
-                                                     *[vec("tensor_tensor", free // 2 or 1, dtype, 2,
+    elementwise(ctx, lambda free, dtype, full, _c: [scalar_stage(free // 2 or 1, dtype, "sigmoid"),
+                                                     *[vector_stage("tensor_tensor", free // 2 or 1, dtype, 2,
                                                             alu="multiply")] * 4])
 
 
 @lowering(*_aten("_prelu_kernel"))
 def _prelu(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [vec("tensor_tensor", free, dtype, 2, alu="multiply"),
-                                                     vec("select", free, dtype, 2)])
+    elementwise(ctx, lambda free, dtype, full, _c: [vector_stage("tensor_tensor", free, dtype, 2, alu="multiply"),
+                                                     vector_stage("select", free, dtype, 2)])
 
 
 @lowering(*_aten("_prelu_kernel_backward"))
 def _prelu_backward(ctx: OpContext) -> None:
     # grad_input = select(x > 0, g, w*g); grad_weight (per element, summed by a later op) = select(x > 0, 0, x*g)
-    elementwise(ctx, lambda free, dtype, full, _c: [vec("tensor_tensor", free, dtype, 2, count=2, alu="multiply"),
-                                                     vec("select", free, dtype, 2, count=2)])
+    elementwise(ctx, lambda free, dtype, full, _c: [
+        vector_stage("tensor_tensor", free, dtype, 2, count=2, alu="multiply"),
+        vector_stage("select", free, dtype, 2, count=2)])
 
 
 @lowering(*_aten("log_sigmoid_forward"))
 def _log_sigmoid(ctx: OpContext) -> None:
     # -softplus(-x) on ScalarE; the second output is the buffer torch keeps for backward
-    elementwise(ctx, lambda free, dtype, full, _c: [act(free, dtype, "softplus"),
-                                                     vec("tensor_scalar", free, dtype, alu="multiply")])
+    elementwise(ctx, lambda free, dtype, full, _c: [scalar_stage(free, dtype, "softplus"),
+                                                     vector_stage("tensor_scalar", free, dtype, alu="multiply")])
 
 
 @lowering(*_aten("log_sigmoid_backward"))
 def _log_sigmoid_backward(ctx: OpContext) -> None:
-    elementwise(ctx, lambda free, dtype, full, _c: [act(free, dtype, "sigmoid"),
-                                                     vec("tensor_tensor", free, dtype, 2, alu="multiply")])
+    elementwise(ctx, lambda free, dtype, full, _c: [scalar_stage(free, dtype, "sigmoid"),
+                                                     vector_stage("tensor_tensor", free, dtype, 2, alu="multiply")])

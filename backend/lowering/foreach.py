@@ -14,7 +14,7 @@ from math import ceil
 
 from backend.lowering.builder import OpContext
 from backend.lowering.registry import lowering
-from backend.lowering.stream import TileIO, act, elementwise_tiling, stream, vec
+from backend.lowering.stream import TileIO, elementwise_tiling, scalar_stage, stream, vector_stage
 from backend.sim.descriptors import TensorDesc
 
 __all__ = ["foreach_lists", "FOREACH_ALU", "FOREACH_ACTIVATIONS"]
@@ -96,14 +96,14 @@ def _foreach(ctx: OpContext) -> None:
 
     def stages(free, dtype, read):
         if op in FOREACH_ACTIVATIONS:
-            return [act(free, dtype, op)]
+            return [scalar_stage(free, dtype, op)]
         alu, per_element, _ = FOREACH_ALU[op]
         if op == "zero":
-            return [vec("memset", free, dtype, value=0)]
+            return [vector_stage("memset", free, dtype, value=0)]
         if op == "reciprocal":
-            return [vec("reciprocal", free, dtype)]
+            return [vector_stage("reciprocal", free, dtype)]
         opcode = "tensor_tensor" if read >= 2 else "tensor_scalar"
-        return [vec(opcode, free, dtype, 2 if read >= 2 else 1, count=per_element, alu=alu)]
+        return [vector_stage(opcode, free, dtype, 2 if read >= 2 else 1, count=per_element, alu=alu)]
 
     _stream_lists(ctx, n, read, (0,), stages)
 
@@ -113,10 +113,11 @@ def _foreach_norm(ctx: OpContext) -> None:
     """Sum of squares per tile on ScalarE (activation with free-axis reduce), partials combined."""
     n = max(1, len(ctx.outputs))
     last = _stream_lists(ctx, n, 1, (), lambda free, dtype, read: [
-        act(free, dtype, "square", opcode="activation_reduce"), vec("tensor_reduce", 1, "float32", alu="add")])
+        scalar_stage(free, dtype, "square", opcode="activation_reduce"),
+        vector_stage("tensor_reduce", 1, "float32", alu="add")])
     norms = sum(o.nbytes for o in ctx.outputs)
     if last and norms and ctx.out_to_hbm[0]:
-        ctx.b.dma(norms, src="sbuf", dst="hbm", partitions=1, deps=last[-1:])
+        ctx.builder.dma(norms, src="sbuf", dst="hbm", partitions=1, deps=last[-1:])
 
 
 @lowering(*(f"aten::{name}" for name in _FUSED))
@@ -130,8 +131,8 @@ def _fused_optimizer(ctx: OpContext) -> None:
     read = lists - 1 if "adam" in ctx.record.name or "adagrad" in ctx.record.name else lists   # state steps: tiny
 
     def stages(free, dtype, read):
-        st = [vec("tensor_tensor", free, dtype, 2, count=tensor_ops, alu="multiply")]
-        st += [vec("tensor_scalar", free, dtype, count=scalar_ops, alu="multiply")] if scalar_ops else []
-        return st + ([act(free, dtype, "sqrt", count=roots)] if roots else [])
+        st = [vector_stage("tensor_tensor", free, dtype, 2, count=tensor_ops, alu="multiply")]
+        st += [vector_stage("tensor_scalar", free, dtype, count=scalar_ops, alu="multiply")] if scalar_ops else []
+        return st + ([scalar_stage(free, dtype, "sqrt", count=roots)] if roots else [])
 
     _stream_lists(ctx, n, read, written, stages)

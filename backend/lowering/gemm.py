@@ -23,7 +23,7 @@ from backend.sim.costs import instruction_ns
 from backend.sim.ir import Instruction
 from backend.sim.presets import NeuronConfig
 
-__all__ = ["GemmShape", "GemmPlan", "plan_gemm", "emit_gemm", "SBUF_BUDGET_FRACTION"]
+__all__ = ["TensorEngineGemm", "BlockedGemmPlan", "plan_blocked_gemm", "emit_gemm", "SBUF_BUDGET_FRACTION"]
 
 SBUF_BUDGET_FRACTION = 0.9
 MAX_BLOCK_GROUPS = 16
@@ -33,7 +33,7 @@ PSUM_TILES_PER_GROUP = 4        # output tiles per PSUM group; two groups in fli
 
 
 @dataclass(frozen=True)
-class GemmShape:
+class TensorEngineGemm:
     """C[batch, M, N] = A[batch, M, K] @ B[batch, K, N] (+ bias), as TensorE sees it."""
 
     batch: int
@@ -57,7 +57,7 @@ class GemmShape:
 
 
 @dataclass(frozen=True)
-class GemmPlan:
+class BlockedGemmPlan:
     tm: int
     tk: int
     tn: int
@@ -104,7 +104,7 @@ def _unit_ns(target: NeuronConfig, **kw) -> float:
 
 
 @lru_cache(maxsize=4096)
-def plan_gemm(shape: GemmShape, target: NeuronConfig) -> GemmPlan:
+def plan_blocked_gemm(shape: TensorEngineGemm, target: NeuronConfig) -> BlockedGemmPlan:
     """Choose tiles, SBUF blocks and loop order by estimated time within the SBUF budget."""
     m_tiles, tm = _tiles(shape.m, target.stationary_free_max)
     k_tiles, tk = _tiles(shape.k, min(shape.k_tile or target.pe_rows, target.pe_rows))
@@ -149,15 +149,15 @@ def plan_gemm(shape: GemmShape, target: NeuronConfig) -> GemmPlan:
                     est = max(tensor, traffic / dma_rate * 1e9, evac)
                     key = (max(0, shape.min_blocks - shape.batch * n_nb), est, traffic, n_kb, -bm * bn)
                     if best is None or key < best[0]:
-                        best = (key, GemmPlan(tm, tk, tn, m_tiles, k_tiles, n_tiles, bm, bk, bn, m_outer,
-                                              int(traffic), int(footprint), est))
+                        best = (key, BlockedGemmPlan(tm, tk, tn, m_tiles, k_tiles, n_tiles, bm, bk, bn, m_outer,
+                                                     int(traffic), int(footprint), est))
     return best[1]
 
 
-def emit_gemm(ctx: OpContext, shape: GemmShape, plan: GemmPlan, a: int, b: int, bias: int | None,
-              out: int = 0) -> None:
+def emit_gemm(ctx: OpContext, shape: TensorEngineGemm, plan: BlockedGemmPlan, a: int, b: int,
+              bias: int | None, out: int = 0) -> None:
     """Emit the blocked GEMM; ``a``/``b``/``bias``/``out`` are operand positions in the record."""
-    bld, t = ctx.b, ctx.target
+    bld, t = ctx.builder, ctx.target
     s, s_out = itemsize(shape.dtype), itemsize(shape.out_dtype)
     s_hbm = itemsize(shape.load_dtype or shape.dtype)
     tm, tk, tn = plan.tm, plan.tk, plan.tn
@@ -260,7 +260,7 @@ def _load_operand(ctx: OpContext, index: int, loads: int, block_bytes: int, cast
     broadcast load: the engines write every replica, the source is read once."""
     if loads == 0:
         return ()
-    bld, t = ctx.b, ctx.target
+    bld, t = ctx.builder, ctx.target
     if ready:
         ids = ready
         if copies > 1:          # resident already: replicate it SBUF to SBUF

@@ -33,7 +33,7 @@ def indirect_copy(ctx: OpContext, *, index: int | None, count: int, slice_bytes:
     The transfer also waits for ``after`` (a zero fill of its destination); with ``index=None``
     the indices were computed on chip by those instructions instead of loaded.
     """
-    b, t = ctx.b, ctx.target
+    b, t = ctx.builder, ctx.target
     parts = min(t.partitions, max(1, count))
     if index is None:
         load, idx_dtype = tuple(after), "int32"
@@ -82,7 +82,7 @@ def _scatter(ctx: OpContext) -> None:
     run = _slice_bytes(out, dim) if "index" in ctx.record.name else out.itemsize
     first = ()
     if not ctx.record.name.endswith("_"):   # out-of-place: copy self into the output first
-        first = (ctx.b.dma(self_t.nbytes, src="hbm", dst="hbm", row_bytes=self_t.nbytes),)
+        first = (ctx.builder.dma(self_t.nbytes, src="hbm", dst="hbm", row_bytes=self_t.nbytes),)
     ids = indirect_copy(ctx, index=index, count=max(1, src.nbytes // max(1, run)), slice_bytes=run, scatter=True,
                         table=None)
     ctx.set_ready(0, (*first, ids))
@@ -125,19 +125,19 @@ def _embedding_bag(ctx: OpContext) -> None:
     parts = min(ctx.target.partitions, bags)
     per_bag = ceil(indices.numel / bags)
     alu = "max" if int(ctx.attrs.get("mode", 0) or 0) == 2 else "add"
-    red = ctx.b.compute("vector", "tensor_reduce", free_size=per_bag * dim, partitions=parts, dtype=weight.dtype,
+    red = ctx.builder.compute("vector", "tensor_reduce", free_size=per_bag * dim, partitions=parts, dtype=weight.dtype,
                         deps=(rows,), repeat=ceil(bags / parts), out_free=dim, alu=alu, flops=per_bag * dim)
     if ctx.out_to_hbm[0]:
-        ctx.b.dma(out.nbytes, src="sbuf", dst="hbm", partitions=parts, row_bytes=dim * out.itemsize, deps=(red,))
+        ctx.builder.dma(out.nbytes, src="sbuf", dst="hbm", partitions=parts, row_bytes=dim * out.itemsize, deps=(red,))
     ctx.set_ready(0, (red,))
     # offset2bag, bag sizes, max indices: index bookkeeping from the offsets on GpSimdE
     book = [(k, o) for k, o in enumerate(ctx.outputs) if k and o.numel]
     if book:
-        gen = ctx.b.compute("gpsimd", "iota", free_size=ceil(max(o.numel for _, o in book) / parts),
+        gen = ctx.builder.compute("gpsimd", "iota", free_size=ceil(max(o.numel for _, o in book) / parts),
                             partitions=parts, dtype="int32", repeat=len(book))
         for k, o in book:
             if ctx.out_to_hbm[k]:
-                ctx.b.dma(o.nbytes, src="sbuf", dst="hbm", partitions=min(parts, o.numel), row_bytes=o.itemsize,
+                ctx.builder.dma(o.nbytes, src="sbuf", dst="hbm", partitions=min(parts, o.numel), row_bytes=o.itemsize,
                           deps=(gen,))
             ctx.set_ready(k, (gen,))
 
@@ -148,7 +148,7 @@ def _index_fill(ctx: OpContext) -> None:
     self_t, index = ctx.inputs[0], ctx.inputs[1]
     dim = int(ctx.attrs.get("dim", 0) or 0)
     if not ctx.record.name.endswith("_"):
-        ctx.b.dma(self_t.nbytes, src="hbm", dst="hbm", row_bytes=self_t.nbytes, deps=ctx.ready_deps(0))
+        ctx.builder.dma(self_t.nbytes, src="hbm", dst="hbm", row_bytes=self_t.nbytes, deps=ctx.ready_deps(0))
     fill = zero_fill(ctx, self_t, nbytes=self_t.itemsize)
     ids = indirect_copy(ctx, index=1, count=max(1, index.numel), slice_bytes=_slice_bytes(self_t, dim),
                         after=(fill,))

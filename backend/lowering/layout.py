@@ -18,7 +18,7 @@ from backend.lowering.builder import OpContext
 from backend.lowering.data import zero_fill
 from backend.lowering.elementwise import elementwise
 from backend.lowering.registry import lowering
-from backend.lowering.stream import Stage, plane_stream, vec
+from backend.lowering.stream import Stage, plane_stream, vector_stage
 from backend.sim.flops import spatial_rank
 
 __all__ = ["view_gradient"]
@@ -45,7 +45,7 @@ def view_gradient(ctx: OpContext, dim: int, start: int, length: int, step: int) 
         ids.append(zero_fill(ctx, out, zero_bytes, run_bytes=max(out.itemsize, zero_bytes // gaps)))
     if g.numel:
         run = inner * (length if step == 1 else 1) * g.itemsize
-        ids.append(ctx.b.dma(g.nbytes, src="hbm", dst="hbm", row_bytes=max(g.itemsize, run),
+        ids.append(ctx.builder.dma(g.nbytes, src="hbm", dst="hbm", row_bytes=max(g.itemsize, run),
                              deps=ctx.ready_deps(0)))
     ctx.set_ready(0, ids)
 
@@ -75,7 +75,8 @@ def _planes(t, nd: int) -> int:
 @lowering(*(f"aten::{n}" for n in _PADS))
 def _pad(ctx: OpContext) -> None:
     x, out = ctx.inputs[0], ctx.outputs[0]
-    plane_stream(ctx, _planes(x, spatial_rank(ctx.record.name)), lambda free: [vec("tensor_copy", free(out), x.dtype)])
+    plane_stream(ctx, _planes(x, spatial_rank(ctx.record.name)),
+                 lambda free: [vector_stage("tensor_copy", free(out), x.dtype)])
 
 
 @lowering(*(f"aten::{n}_backward" for n in _PADS))
@@ -84,8 +85,8 @@ def _pad_backward(ctx: OpContext) -> None:
     g, out = ctx.inputs[0], ctx.outputs[0]
 
     def stages(free):
-        return [vec("tensor_copy", free(out), g.dtype),
-                vec("tensor_tensor", max(1, free(g) - free(out)), g.dtype, 2, alu="add")]
+        return [vector_stage("tensor_copy", free(out), g.dtype),
+                vector_stage("tensor_tensor", max(1, free(g) - free(out)), g.dtype, 2, alu="add")]
 
     plane_stream(ctx, _planes(out, spatial_rank(ctx.record.name)), stages)     # input 1 (self) gives only the shape
 
@@ -96,11 +97,12 @@ def _pixel_shuffle(ctx: OpContext) -> None:
     x, out = ctx.inputs[0], ctx.outputs[0]
     r = int(ctx.attrs.get("upscale_factor", ctx.attrs.get("downscale_factor", 1)) or 1)
     planes = prod(out.shape[:-3]) * min(out.shape[-3], x.shape[-3]) if len(out.shape) >= 3 else 1
-    plane_stream(ctx, planes, lambda free: [vec("tensor_copy", free(out), x.dtype, strided=r * x.itemsize > 16)])
+    plane_stream(ctx, planes,
+                 lambda free: [vector_stage("tensor_copy", free(out), x.dtype, strided=r * x.itemsize > 16)])
 
 
 @lowering("aten::channel_shuffle", "aten::native_channel_shuffle")
 def _channel_shuffle(ctx: OpContext) -> None:
     x = ctx.inputs[0]
     run = prod(x.shape[2:]) * x.itemsize if len(x.shape) > 2 else x.itemsize
-    ctx.set_ready(0, (ctx.b.dma(x.nbytes, src="hbm", dst="hbm", row_bytes=run, deps=ctx.ready_deps(0)),))
+    ctx.set_ready(0, (ctx.builder.dma(x.nbytes, src="hbm", dst="hbm", row_bytes=run, deps=ctx.ready_deps(0)),))

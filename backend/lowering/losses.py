@@ -19,21 +19,21 @@ from backend.lowering.data import zero_fill
 from backend.lowering.elementwise import elementwise
 from backend.lowering.indexing import indirect_copy
 from backend.lowering.registry import lowering
-from backend.lowering.stream import act, vec
+from backend.lowering.stream import scalar_stage, vector_stage
 
 __all__ = ["LOSS_TERMS"]
 
 
 def _tt(n: int, alu: str = "multiply"):
-    return lambda free, dtype: [vec("tensor_tensor", free, dtype, 2, count=n, alu=alu)]
+    return lambda free, dtype: [vector_stage("tensor_tensor", free, dtype, 2, count=n, alu=alu)]
 
 
 def _ts(n: int, alu: str = "max"):
-    return lambda free, dtype: [vec("tensor_scalar", free, dtype, count=n, alu=alu)]
+    return lambda free, dtype: [vector_stage("tensor_scalar", free, dtype, count=n, alu=alu)]
 
 
 def _acts(*funcs: str):
-    return lambda free, dtype: [act(free, dtype, f) for f in funcs]
+    return lambda free, dtype: [scalar_stage(free, dtype, f) for f in funcs]
 
 
 # op -> per-element stage builders, in order
@@ -68,23 +68,23 @@ def _loss(ctx: OpContext) -> None:
 
     def stages(free, dtype, full, _c):
         st = [s for make in LOSS_TERMS[op] for s in make(free, dtype)]
-        st += [vec("tensor_tensor", free, dtype, 2, count=extra, alu="multiply")] if extra else []
+        st += [vector_stage("tensor_tensor", free, dtype, 2, count=extra, alu="multiply")] if extra else []
         if reduced:     # ScalarE's activation accumulates along the free axis at no extra cost
             last = st[-1]
             if last.engine == "scalar" and last.count == 1:
-                st[-1] = act(free, dtype, last.attrs["func"], opcode="activation_reduce")
+                st[-1] = scalar_stage(free, dtype, last.attrs["func"], opcode="activation_reduce")
             else:
-                st.append(act(free, dtype, "identity", opcode="activation_reduce"))
+                st.append(scalar_stage(free, dtype, "identity", opcode="activation_reduce"))
         return st
 
     last = elementwise(ctx, stages, extent=x)
     if reduced and last:
         parts = min(ctx.target.partitions, x.numel)
-        fold = ctx.b.matmul(k=parts, m=1, n=1, dtype="float32", deps=last)          # sum across partitions
-        ev = ctx.b.compute("vector", "tensor_copy", free_size=1, partitions=1, src="psum", deps=(fold,),
+        fold = ctx.builder.matmul(k=parts, m=1, n=1, dtype="float32", deps=last)          # sum across partitions
+        ev = ctx.builder.compute("vector", "tensor_copy", free_size=1, partitions=1, src="psum", deps=(fold,),
                            out_dtype=out.dtype)
         if ctx.out_to_hbm[0]:
-            ctx.b.dma(out.nbytes, src="sbuf", dst="hbm", partitions=1, deps=(ev,))
+            ctx.builder.dma(out.nbytes, src="sbuf", dst="hbm", partitions=1, deps=(ev,))
         ctx.set_ready(0, (ev,))
 
 
@@ -93,11 +93,11 @@ def _nll_loss(ctx: OpContext) -> None:
     logp, target = ctx.inputs[0], ctx.inputs[1]
     picked = indirect_copy(ctx, index=1, count=max(1, target.numel), slice_bytes=logp.itemsize, table=0)
     parts = min(ctx.target.partitions, max(1, target.numel))
-    red = ctx.b.compute("vector", "tensor_reduce", free_size=ceil(target.numel / parts), partitions=parts,
+    red = ctx.builder.compute("vector", "tensor_reduce", free_size=ceil(target.numel / parts), partitions=parts,
                         dtype=logp.dtype, deps=(picked,), alu="add")
     for k, o in enumerate(ctx.outputs):
         if o.numel and ctx.out_to_hbm[k]:
-            ctx.b.dma(o.nbytes, src="sbuf", dst="hbm", partitions=1, deps=(red,))
+            ctx.builder.dma(o.nbytes, src="sbuf", dst="hbm", partitions=1, deps=(red,))
     ctx.set_ready(0, (red,))
 
 

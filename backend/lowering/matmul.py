@@ -9,7 +9,7 @@ from __future__ import annotations
 from math import ceil, prod
 
 from backend.lowering.builder import OpContext
-from backend.lowering.gemm import GemmShape, emit_gemm, plan_gemm
+from backend.lowering.gemm import TensorEngineGemm, emit_gemm, plan_blocked_gemm
 from backend.lowering.registry import lowering
 from backend.sim.descriptors import TensorDesc
 from backend.sim.flops import is_matmul_like
@@ -51,15 +51,15 @@ def gemm(ctx: OpContext, *, batch: int, m: int, k: int, n: int, a: int, b: int, 
         bias_kind = "row" if ctx.inputs[bias].numel <= n else "full"
     in_dtype = ctx.inputs[a].dtype
     dtype = tensor_engine_dtype(ctx, in_dtype)
-    shape = GemmShape(batch=batch, m=m, k=k, n=n, dtype=dtype, out_dtype=out_desc.dtype,
-                      load_dtype=in_dtype if dtype != in_dtype else None,
-                      a_transposed=a_transposed, b_transposed=b_transposed, bias=bias_kind,
-                      bias_dtype=ctx.inputs[bias].dtype if bias is not None else "float32", **extra)
-    emit_gemm(ctx, shape, plan_gemm(shape, ctx.target), a, b, bias if bias_kind != "none" else None, out)
+    shape = TensorEngineGemm(batch=batch, m=m, k=k, n=n, dtype=dtype, out_dtype=out_desc.dtype,
+                             load_dtype=in_dtype if dtype != in_dtype else None,
+                             a_transposed=a_transposed, b_transposed=b_transposed, bias=bias_kind,
+                             bias_dtype=ctx.inputs[bias].dtype if bias is not None else "float32", **extra)
+    emit_gemm(ctx, shape, plan_blocked_gemm(shape, ctx.target), a, b, bias if bias_kind != "none" else None, out)
     if bias_kind == "full":
         # beta * C arrives per output block: one more streamed operand, added during evacuation.
         c = ctx.inputs[bias]
-        ctx.b.dma(c.nbytes, src="hbm", dst="sbuf", row_bytes=c.shape[-1] * c.itemsize if c.shape else c.nbytes)
+        ctx.builder.dma(c.nbytes, src="hbm", dst="sbuf", row_bytes=c.shape[-1] * c.itemsize if c.shape else c.nbytes)
 
 
 @lowering("aten::mm", "aten::addmm", "aten::_scaled_mm")
@@ -110,7 +110,7 @@ def _cdist(ctx: OpContext) -> None:
     subtracts each x2 row from a tile of x1 rows and reduces |d|^p along the feature axis."""
     backward = ctx.record.name.endswith("backward")
     x1, x2 = ctx.inputs[1:3] if backward else ctx.inputs[:2]
-    out, b = ctx.outputs[0], ctx.b
+    out, b = ctx.outputs[0], ctx.builder
     *lead, rows1, feat = x1.shape
     rows2, batch = x2.shape[-2], prod(lead)
     parts = min(ctx.target.partitions, max(1, rows1))

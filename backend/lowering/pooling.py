@@ -16,7 +16,7 @@ from math import prod
 
 from backend.lowering.builder import OpContext
 from backend.lowering.registry import lowering
-from backend.lowering.stream import plane_stream, plane_tiling, vec
+from backend.lowering.stream import plane_stream, plane_tiling, vector_stage
 from backend.sim.flops import pool_window, spatial_rank
 
 __all__ = ["scatter_taps"]
@@ -25,8 +25,9 @@ __all__ = ["scatter_taps"]
 def scatter_taps(part: int, whole: int, taps: int, dtype: str, overlap: bool) -> list:
     """Write ``taps`` strided shares of ``part`` elements into a ``whole``-element plane."""
     if overlap:
-        return [vec("memset", whole, dtype, value=0), vec("tensor_tensor", part, dtype, 2, count=taps, alu="add")]
-    return [vec("tensor_copy", part, dtype, count=taps)]
+        return [vector_stage("memset", whole, dtype, value=0),
+                vector_stage("tensor_tensor", part, dtype, 2, count=taps, alu="add")]
+    return [vector_stage("tensor_copy", part, dtype, count=taps)]
 
 
 def _pool_geometry(ctx: OpContext, x, out, adaptive: bool) -> tuple[int, int, bool]:
@@ -40,7 +41,7 @@ def _pool_geometry(ctx: OpContext, x, out, adaptive: bool) -> tuple[int, int, bo
 def _index_maps(ctx: OpContext, planes: int, loads: tuple, stores: tuple, free_elems) -> tuple:
     """Window base offsets (and tap ids): affine in the free index, one GpSimdE iota each, made once."""
     _, parts, free = plane_tiling(ctx, planes, loads, stores)
-    return (ctx.b.compute("gpsimd", "iota", free_size=free_elems(free), partitions=parts, repeat=2,
+    return (ctx.builder.compute("gpsimd", "iota", free_size=free_elems(free), partitions=parts, repeat=2,
                           dtype="int32"),)
 
 
@@ -56,11 +57,11 @@ def _max_pool(ctx: OpContext) -> None:
     def stages(free):
         o = free(out)
         w = o * taps
-        st = [vec("tensor_reduce", w, x.dtype, out_free=o, alu="max")]
+        st = [vector_stage("tensor_reduce", w, x.dtype, out_free=o, alu="max")]
         if with_indices:
             # per tap: where that tap holds the max, take base + tap as the index
-            st += [vec("tensor_tensor", o, x.dtype, 2, count=taps, alu="is_equal"),
-                   vec("select", o, "int32", 2, count=taps)]
+            st += [vector_stage("tensor_tensor", o, x.dtype, 2, count=taps, alu="is_equal"),
+                   vector_stage("select", o, "int32", 2, count=taps)]
         return st
 
     plane_stream(ctx, planes, stages, loads=(0,), stores=stores, extra_deps=deps)
@@ -77,9 +78,9 @@ def _max_pool_backward(ctx: OpContext) -> None:
 
     def stages(free):
         o = free(g)
-        return [vec("tensor_tensor", o, "int32", 2, alu="subtract"),             # index - window base
-                vec("tensor_scalar", o, g.dtype, count=taps, alu="is_equal"),
-                vec("tensor_tensor", o, g.dtype, 2, count=taps, alu="multiply"),
+        return [vector_stage("tensor_tensor", o, "int32", 2, alu="subtract"),             # index - window base
+                vector_stage("tensor_scalar", o, g.dtype, count=taps, alu="is_equal"),
+                vector_stage("tensor_tensor", o, g.dtype, 2, count=taps, alu="multiply"),
                 *scatter_taps(o, free(out), taps, g.dtype, overlap)]
 
     plane_stream(ctx, planes, stages, loads=(0, idx), stores=(0,), extra_deps=deps)
@@ -89,8 +90,8 @@ def _divide(ctx: OpContext, free: int, dtype: str, adaptive: bool) -> object:
     """Average: one reciprocal per tensor, unless the divisor varies (adaptive, or padding excluded)."""
     varies = adaptive or (ctx.attrs.get("count_include_pad") is False and any(ctx.attrs.get("padding") or [0]))
     if varies and ctx.attrs.get("divisor_override") is None:
-        return vec("tensor_tensor", free, dtype, 2, alu="multiply")             # by a per-window 1/count map
-    return vec("tensor_scalar", free, dtype, alu="multiply")
+        return vector_stage("tensor_tensor", free, dtype, 2, alu="multiply")             # by a per-window 1/count map
+    return vector_stage("tensor_scalar", free, dtype, alu="multiply")
 
 
 @lowering("aten::avg_pool2d", "aten::avg_pool3d", "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool3d",
@@ -108,7 +109,7 @@ def _avg_pool(ctx: OpContext) -> None:
         divide = _divide(ctx, o, small.dtype, adaptive)
         if backward:
             return [divide, *scatter_taps(o, free(large), taps, small.dtype, overlap)]
-        return [vec("tensor_reduce", o * taps, large.dtype, out_free=o, alu="add"), divide]
+        return [vector_stage("tensor_reduce", o * taps, large.dtype, out_free=o, alu="add"), divide]
 
     plane_stream(ctx, planes, stages)
 
@@ -126,9 +127,9 @@ def _im2col(ctx: OpContext) -> None:
         per_tap = max(1, free(cols) // taps)
         if not to_cols:
             return scatter_taps(per_tap, free(image), taps, cols.dtype, overlap)
-        copies = [vec("tensor_copy", per_tap, image.dtype, count=taps)]
+        copies = [vector_stage("tensor_copy", per_tap, image.dtype, count=taps)]
         padded = any(ctx.attrs.get("padding") or [0])
-        return [vec("memset", free(cols), cols.dtype, value=0), *copies] if padded else copies
+        return [vector_stage("memset", free(cols), cols.dtype, value=0), *copies] if padded else copies
 
     plane_stream(ctx, planes, stages)
 

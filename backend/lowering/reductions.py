@@ -15,7 +15,7 @@ from math import ceil, prod
 from backend.lowering.builder import OpContext
 from backend.lowering.matmul import gemm
 from backend.lowering.registry import lowering
-from backend.lowering.stream import TileIO, act, stream, vec
+from backend.lowering.stream import TileIO, scalar_stage, stream, vector_stage
 from backend.sim.descriptors import TensorDesc
 
 __all__ = ["row_pipeline", "reduced_dims"]
@@ -99,10 +99,11 @@ def _reduce(ctx: OpContext) -> None:
     if rows == 1 and width > ctx.target.partitions:
         # a full reduction: spread over partitions, reduce per partition, then across on TensorE
         rows, width = ctx.target.partitions, ceil(width / ctx.target.partitions)
-    extra = ([vec("tensor_tensor", width, x.dtype, 2, alu="subtract")] if name in ("var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm") else [])
+    second_pass = name in ("var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm")
+    extra = [vector_stage("tensor_tensor", width, x.dtype, 2, alu="subtract")] if second_pass else []
     if name == "logsumexp":
-        extra = [act(width, x.dtype, "exp", opcode="activation_reduce")]
-    stages = [vec("tensor_reduce", width, x.dtype, alu=alu), *extra]
+        extra = [scalar_stage(width, x.dtype, "exp", opcode="activation_reduce")]
+    stages = [vector_stage("tensor_reduce", width, x.dtype, alu=alu), *extra]
     row_pipeline(ctx, rows, width, stages, row_outputs=(), small_outputs=tuple(range(len(ctx.outputs))))
 
 
@@ -111,12 +112,12 @@ def _trace(ctx: OpContext) -> None:
     """The diagonal gathered by one DMA (one element per descriptor), summed on VectorE."""
     x = ctx.inputs[0]
     n = min(x.shape) if x.shape else 1
-    load = ctx.ready_deps(0) or (ctx.b.dma(n * x.itemsize, src="hbm", dst="sbuf", partitions=1,
+    load = ctx.ready_deps(0) or (ctx.builder.dma(n * x.itemsize, src="hbm", dst="sbuf", partitions=1,
                                            row_bytes=x.itemsize),)
-    red = ctx.b.compute("vector", "tensor_reduce", free_size=n, partitions=1, dtype=x.dtype, deps=load,
+    red = ctx.builder.compute("vector", "tensor_reduce", free_size=n, partitions=1, dtype=x.dtype, deps=load,
                         out_free=1, flops=n, alu="add")
     if ctx.out_to_hbm[0]:
-        ctx.b.dma(ctx.outputs[0].nbytes, src="sbuf", dst="hbm", partitions=1, deps=(red,))
+        ctx.builder.dma(ctx.outputs[0].nbytes, src="sbuf", dst="hbm", partitions=1, deps=(red,))
     ctx.set_ready(0, (red,))
 
 
@@ -125,10 +126,10 @@ def _softmax(ctx: OpContext) -> None:
     x = ctx.inputs[0]
     rows, width = _rows_width(x, ctx.attrs.get("dim", -1))
     dtype = x.dtype
-    stages = [vec("tensor_reduce", width, dtype, alu="max"),            # row max
-              act(width, dtype, "exp", opcode="activation_reduce"),           # exp(x - max) and its row sum
-              vec("reciprocal", 1, "float32"),                         # 1 / sum
-              vec("tensor_scalar", width, dtype, alu="multiply")]      # normalise
+    stages = [vector_stage("tensor_reduce", width, dtype, alu="max"),            # row max
+              scalar_stage(width, dtype, "exp", opcode="activation_reduce"),           # exp(x - max) and its row sum
+              vector_stage("reciprocal", 1, "float32"),                         # 1 / sum
+              vector_stage("tensor_scalar", width, dtype, alu="multiply")]      # normalise
     row_pipeline(ctx, rows, width, stages, two_pass=True)
 
 
@@ -136,18 +137,18 @@ def _softmax(ctx: OpContext) -> None:
 def _softmax_backward(ctx: OpContext) -> None:
     g = ctx.inputs[0]
     rows, width = _rows_width(g, ctx.attrs.get("dim", -1))
-    stages = [vec("tensor_tensor", width, g.dtype, 2, alu="multiply"),  # g * y
-              vec("tensor_reduce", width, g.dtype, alu="add"),          # sum(g * y)
-              vec("tensor_tensor", width, g.dtype, 2, alu="subtract"),  # g - sum
-              vec("tensor_tensor", width, g.dtype, 2, alu="multiply")]  # * y
+    stages = [vector_stage("tensor_tensor", width, g.dtype, 2, alu="multiply"),  # g * y
+              vector_stage("tensor_reduce", width, g.dtype, alu="add"),          # sum(g * y)
+              vector_stage("tensor_tensor", width, g.dtype, 2, alu="subtract"),  # g - sum
+              vector_stage("tensor_tensor", width, g.dtype, 2, alu="multiply")]  # * y
     row_pipeline(ctx, rows, width, stages, row_inputs=(0, 1), two_pass=True)
 
 
 def _norm_stats(width: int, dtype: str) -> list:
     chunks = ceil(width / BN_STATS_FMAX)
-    return [vec("bn_stats", min(width, BN_STATS_FMAX), dtype, count=chunks),
-            vec("bn_aggr", 6 * chunks, "float32"),
-            vec("tensor_scalar", 1, "float32", alu="rsqrt")]           # rstd = (var + eps)^-1/2
+    return [vector_stage("bn_stats", min(width, BN_STATS_FMAX), dtype, count=chunks),
+            vector_stage("bn_aggr", 6 * chunks, "float32"),
+            vector_stage("tensor_scalar", 1, "float32", alu="rsqrt")]           # rstd = (var + eps)^-1/2
 
 
 @lowering("aten::native_layer_norm", "aten::layer_norm")
@@ -157,8 +158,8 @@ def _layer_norm(ctx: OpContext) -> None:
     rows = max(1, x.numel // width)
     affine = sum(1 for t in ctx.inputs[1:] if t.numel)
     stages = [*_norm_stats(width, x.dtype),
-              act(width, x.dtype, "identity"),                         # (x - mean) * rstd on ScalarE
-              *[vec("tensor_tensor", width, x.dtype, 2, alu=a) for a in ("multiply", "add")[:affine]]]
+              scalar_stage(width, x.dtype, "identity"),                         # (x - mean) * rstd on ScalarE
+              *[vector_stage("tensor_tensor", width, x.dtype, 2, alu=a) for a in ("multiply", "add")[:affine]]]
     row_pipeline(ctx, rows, width, stages, once_inputs=tuple(range(1, len(ctx.inputs))),
                  small_outputs=(1, 2), two_pass=True)
 
@@ -168,9 +169,9 @@ def _rms_norm(ctx: OpContext) -> None:
     x = ctx.inputs[0]
     width = x.shape[-1] if x.shape else 1
     rows = max(1, x.numel // width)
-    stages = [act(width, x.dtype, "square", opcode="activation_reduce"),     # sum of squares
-              vec("tensor_scalar", 1, "float32", alu="rsqrt"),
-              vec("tensor_tensor", width, x.dtype, 2, alu="multiply")]  # x * rstd * weight
+    stages = [scalar_stage(width, x.dtype, "square", opcode="activation_reduce"),     # sum of squares
+              vector_stage("tensor_scalar", 1, "float32", alu="rsqrt"),
+              vector_stage("tensor_tensor", width, x.dtype, 2, alu="multiply")]  # x * rstd * weight
     row_pipeline(ctx, rows, width, stages, once_inputs=tuple(range(1, len(ctx.inputs))), small_outputs=(1,),
                  two_pass=True)
 
@@ -186,7 +187,7 @@ def _batch_group_norm(ctx: OpContext) -> None:
     else:
         rows = x.shape[1] if len(x.shape) > 1 else 1
     width = max(1, x.numel // max(1, rows))
-    stages = [*_norm_stats(width, x.dtype), act(width, x.dtype, "identity")]
+    stages = [*_norm_stats(width, x.dtype), scalar_stage(width, x.dtype, "identity")]
     row_pipeline(ctx, rows, width, stages, small_outputs=tuple(range(1, len(ctx.outputs))), two_pass=True)
 
 
@@ -200,12 +201,12 @@ def _norm_backward(ctx: OpContext) -> None:
         width = prod(ctx.attrs.get("normalized_shape", g.shape[-1:])) or 1
     rows = max(1, g.numel // width)
     dtype = g.dtype
-    stages = [act(width, dtype, "identity"),                              # xhat = (x - mean) * rstd
-              vec("tensor_tensor", width, dtype, 2, alu="multiply"),      # g * w
-              vec("tensor_tensor", width, dtype, 2, alu="multiply"),      # g * w * xhat
-              vec("tensor_reduce", width, dtype, count=2, alu="add"),     # the two row means
-              vec("tensor_tensor", width, dtype, 2, count=2, alu="subtract"),
-              act(width, dtype, "identity")]                              # * rstd
+    stages = [scalar_stage(width, dtype, "identity"),                              # xhat = (x - mean) * rstd
+              vector_stage("tensor_tensor", width, dtype, 2, alu="multiply"),      # g * w
+              vector_stage("tensor_tensor", width, dtype, 2, alu="multiply"),      # g * w * xhat
+              vector_stage("tensor_reduce", width, dtype, count=2, alu="add"),     # the two row means
+              vector_stage("tensor_tensor", width, dtype, 2, count=2, alu="subtract"),
+              scalar_stage(width, dtype, "identity")]                              # * rstd
     row_pipeline(ctx, rows, width, stages, row_inputs=(0, 1), row_outputs=(0,),
                  once_inputs=tuple(i for i in range(2, len(ctx.inputs))), two_pass=True)
     mask = ctx.attrs.get("output_mask", (True, True, True))

@@ -18,7 +18,7 @@ from backend.lowering.builder import OpContext
 from backend.lowering.data import zero_fill
 from backend.lowering.indexing import indirect_copy
 from backend.lowering.registry import lowering
-from backend.lowering.stream import plane_stream, vec
+from backend.lowering.stream import plane_stream, vector_stage
 
 __all__ = ["interpolation_taps"]
 
@@ -59,16 +59,16 @@ def _resample(ctx: OpContext, small, large, *, backward: bool) -> None:
         # nearest: replicate through the access pattern, or sum each replica block back
         def stages(free):
             if backward:
-                return [vec("tensor_reduce", free(large), dtype, out_free=free(small), alu="add")]
-            return [vec("tensor_copy", free(large), dtype)]
+                return [vector_stage("tensor_reduce", free(large), dtype, out_free=free(small), alu="add")]
+            return [vector_stage("tensor_copy", free(large), dtype)]
     else:
         shares = [n / prod(large.shape[-nd:]) for n in _pass_sizes(small.shape[-nd:], large.shape[-nd:])]
         per_element = 2 * taps if backward else 2 * taps - 1
 
         def stages(free):
-            st = [vec("tensor_tensor", max(1, ceil(free(large) * share)), dtype, 2, count=per_element,
+            st = [vector_stage("tensor_tensor", max(1, ceil(free(large) * share)), dtype, 2, count=per_element,
                       alu="multiply") for share in shares]
-            return [vec("memset", free(small), dtype, value=0), *st[::-1]] if backward else st
+            return [vector_stage("memset", free(small), dtype, value=0), *st[::-1]] if backward else st
     plane_stream(ctx, planes, stages)
 
 
@@ -84,7 +84,7 @@ def _upsample_backward(ctx: OpContext) -> None:
 
 def _grid_points(ctx: OpContext, x, grid, points: int) -> tuple[int, int, tuple]:
     """Load the grid and compute corner indices and weights: (corner values per point, bytes each, deps)."""
-    b, t = ctx.b, ctx.target
+    b, t = ctx.builder, ctx.target
     parts = min(t.partitions, max(1, points))
     load = ctx.ready_deps(2 if "backward" in ctx.record.name else 1) or (
         b.dma(grid.nbytes, src="hbm", dst="sbuf", partitions=parts, row_bytes=max(1, grid.nbytes // parts)),)
@@ -106,11 +106,11 @@ def _grid_sample(ctx: OpContext) -> None:
     gather = indirect_copy(ctx, index=None, count=count, slice_bytes=slice_bytes, table=0, after=deps)
     corners = GRID_CORNERS.get(int(ctx.attrs.get("interpolation_mode", 0) or 0), 4)
     parts = min(ctx.target.partitions, out.numel)
-    blend = ctx.b.compute("vector", "tensor_tensor", free_size=ceil(out.numel / parts), partitions=parts,
+    blend = ctx.builder.compute("vector", "tensor_tensor", free_size=ceil(out.numel / parts), partitions=parts,
                           dtype=x.dtype, n_inputs=2, deps=(gather,), repeat=max(1, 2 * corners - 1),
                           flops=ceil(out.numel / parts), alu="multiply")
     if ctx.out_to_hbm[0]:
-        ctx.b.dma(out.nbytes, src="sbuf", dst="hbm", partitions=parts, row_bytes=max(1, out.nbytes // parts),
+        ctx.builder.dma(out.nbytes, src="sbuf", dst="hbm", partitions=parts, row_bytes=max(1, out.nbytes // parts),
                   deps=(blend,))
     ctx.set_ready(0, (blend,))
 
@@ -122,9 +122,9 @@ def _grid_sample_backward(ctx: OpContext) -> None:
     points = max(1, grid.numel // grid.shape[-1])
     count, slice_bytes, deps = _grid_points(ctx, x, grid, points)
     parts = min(ctx.target.partitions, g.numel)
-    load = ctx.ready_deps(0) or (ctx.b.dma(g.nbytes, src="hbm", dst="sbuf", partitions=parts,
+    load = ctx.ready_deps(0) or (ctx.builder.dma(g.nbytes, src="hbm", dst="sbuf", partitions=parts,
                                            row_bytes=max(1, g.nbytes // parts)),)
-    weigh = ctx.b.compute("vector", "tensor_tensor", free_size=ceil(count * slice_bytes // x.itemsize / parts),
+    weigh = ctx.builder.compute("vector", "tensor_tensor", free_size=ceil(count * slice_bytes // x.itemsize / parts),
                           partitions=parts, dtype=g.dtype, n_inputs=2, deps=(*deps, *load), alu="multiply",
                           flops=ceil(count / parts))
     mask = ctx.attrs.get("output_mask", (True, True))
@@ -134,8 +134,8 @@ def _grid_sample_backward(ctx: OpContext) -> None:
     if len(mask) > 1 and mask[1] and len(ctx.outputs) > 1 and ctx.outputs[1].numel:
         gather = indirect_copy(ctx, index=None, count=count, slice_bytes=slice_bytes, table=1, after=deps)
         gg = ctx.outputs[1]
-        red = ctx.b.compute("vector", "tensor_tensor", free_size=ceil(count * slice_bytes // x.itemsize / parts),
+        red = ctx.builder.compute("vector", "tensor_tensor", free_size=ceil(count * slice_bytes // x.itemsize / parts),
                             partitions=parts, dtype=g.dtype, n_inputs=2, deps=(gather, weigh), repeat=2,
                             alu="multiply", flops=ceil(count / parts))
-        ctx.b.dma(gg.nbytes, src="sbuf", dst="hbm", partitions=min(parts, gg.numel),
+        ctx.builder.dma(gg.nbytes, src="sbuf", dst="hbm", partitions=min(parts, gg.numel),
                   row_bytes=max(1, gg.nbytes // min(parts, gg.numel)), deps=(red,))

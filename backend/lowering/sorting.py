@@ -23,7 +23,7 @@ from math import ceil, log2
 
 from backend.lowering.builder import OpContext
 from backend.lowering.registry import lowering
-from backend.lowering.stream import Stage, TileIO, stream, vec
+from backend.lowering.stream import Stage, TileIO, stream, vector_stage
 from backend.sim.costs import instruction_ns
 from backend.sim.ir import Instruction
 
@@ -42,14 +42,15 @@ def bitonic_stages(n: int) -> tuple[int, int]:
 
 def _selection(k: int, free: int, dtype: str, negate: bool) -> list:
     rounds = ceil(k / 8)
-    pre = [vec("tensor_scalar", free, dtype, alu="multiply")] if negate else []
-    return pre + [vec("max8", free, dtype, count=rounds, out_free=8), vec("match_replace8", free, dtype, count=rounds)]
+    pre = [vector_stage("tensor_scalar", free, dtype, alu="multiply")] if negate else []
+    return pre + [vector_stage("max8", free, dtype, count=rounds, out_free=8),
+                  vector_stage("match_replace8", free, dtype, count=rounds)]
 
 
 def _bitonic(n: int, dtype: str) -> list:
     stages, padded = bitonic_stages(n)
-    return [vec("tensor_tensor", padded // 2, dtype, 2, count=3 * stages, alu="max"),   # compare, min, max
-            vec("select", padded // 2, dtype, 2, count=2 * stages)]                     # carry the indices
+    return [vector_stage("tensor_tensor", padded // 2, dtype, 2, count=3 * stages, alu="max"),   # compare, min, max
+            vector_stage("select", padded // 2, dtype, 2, count=2 * stages)]                     # carry the indices
 
 
 def _stages_ns(stages: list, target) -> float:
@@ -81,7 +82,7 @@ def _rows(ctx: OpContext) -> tuple[int, int, int]:
 def _store_all(ctx: OpContext, deps: tuple, parts: int) -> None:
     for k, o in enumerate(ctx.outputs):
         if o.numel and ctx.out_to_hbm[k]:
-            ctx.b.dma(o.nbytes, src="sbuf", dst="hbm", partitions=min(parts, o.numel),
+            ctx.builder.dma(o.nbytes, src="sbuf", dst="hbm", partitions=min(parts, o.numel),
                       row_bytes=max(o.itemsize, o.nbytes // min(parts, o.numel)), deps=deps)
         ctx.set_ready(k, deps)
 
@@ -94,7 +95,7 @@ def _whole_rows(ctx: OpContext, stages_for) -> bool:
         return False
     parts = min(t.partitions, rows)
     tiles = ceil(rows / parts)
-    iota = ctx.b.compute("gpsimd", "iota", free_size=n, partitions=parts, dtype="int32")   # initial indices
+    iota = ctx.builder.compute("gpsimd", "iota", free_size=n, partitions=parts, dtype="int32")   # initial indices
     stores = [TileIO(k, parts * ceil(o.numel / rows) * o.itemsize, ceil(o.numel / rows) * o.itemsize, parts)
               for k, o in enumerate(ctx.outputs) if o.numel]
     stream(ctx, tiles=tiles, partitions=parts, stages=stages_for(n, x.dtype),
@@ -118,7 +119,7 @@ def _kth(ctx: OpContext):
 @lowering("aten::topk")
 def _topk(ctx: OpContext) -> None:
     rows, n, run = _rows(ctx)
-    x, b, t = ctx.inputs[0], ctx.b, ctx.target
+    x, b, t = ctx.inputs[0], ctx.builder, ctx.target
     k = min(n, max(1, int(ctx.attrs.get("k", 1) or 1)))
     k8 = 8 * ceil(k / 8)
     negate = ctx.attrs.get("largest", True) is False

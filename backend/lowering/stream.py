@@ -15,8 +15,8 @@ from math import ceil
 from backend.lowering.builder import OpContext, itemsize, split_even
 from backend.sim.presets import NeuronConfig
 
-__all__ = ["Stage", "TileIO", "stream", "elementwise_tiling", "plane_stream", "plane_tiling", "vec", "act",
-           "TILE_BYTES_PER_PARTITION", "PLANE_BYTES_PER_PARTITION", "MAX_GROUPS"]
+__all__ = ["Stage", "TileIO", "stream", "elementwise_tiling", "plane_stream", "plane_tiling", "vector_stage",
+           "scalar_stage", "TILE_BYTES_PER_PARTITION", "PLANE_BYTES_PER_PARTITION", "MAX_GROUPS"]
 
 # 8 KiB per partition per operand tile: past the >= 4 KiB DMA knee, small next to SBUF.
 TILE_BYTES_PER_PARTITION = 8 * 1024
@@ -44,14 +44,14 @@ class Stage:
     attrs: dict = field(default_factory=dict)
 
 
-def vec(opcode: str, free: int, dtype: str, n_inputs: int = 1, *, count: int = 1, out_free: int | None = None,
+def vector_stage(opcode: str, free: int, dtype: str, n_inputs: int = 1, *, count: int = 1, out_free: int | None = None,
         **attrs) -> Stage:
     """A VectorE stage; one FLOP per element streamed."""
     return Stage("vector", opcode, free, count=count, dtype=dtype, n_inputs=n_inputs, flops=free, out_free=out_free,
                  attrs=attrs)
 
 
-def act(free: int, dtype: str, func: str, *, count: int = 1, opcode: str = "activation") -> Stage:
+def scalar_stage(free: int, dtype: str, func: str, *, count: int = 1, opcode: str = "activation") -> Stage:
     """A ScalarE activation stage; a transcendental counts ~4 FLOPs per element."""
     return Stage("scalar", opcode, free, count=count, dtype=dtype, flops=4 * free, attrs={"func": func})
 
@@ -85,7 +85,7 @@ def stream(ctx: OpContext, *, tiles: int, partitions: int, stages: list[Stage], 
     """Emit the pipeline; returns the last compute instruction of each tile group."""
     if not stages:
         raise ValueError(f"{ctx.record.name}: a tile pipeline needs at least one compute stage")
-    b = ctx.b
+    b = ctx.builder
     sizes = split_even(tiles, max_groups)
     groups = len(sizes)
     once_deps = list(extra_deps)

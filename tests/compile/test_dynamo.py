@@ -4,7 +4,7 @@ import torch
 
 import backend.compile
 from backend import recording
-from backend.sim.gpu.session import GpuSession
+from backend.sim.gpu.timeline import GpuSession
 
 
 def _kernels(trace):

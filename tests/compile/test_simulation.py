@@ -11,7 +11,7 @@ import torch
 import backend.compile
 from backend import recording
 from backend.lowering import EagerSession
-from backend.sim.gpu.session import GpuSession
+from backend.sim.gpu.timeline import GpuSession
 from benchmarks.compile_bench import Block
 
 LAUNCH_KINDS = ("op", "kernel", "fallback")

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from backend.lowering import lower, lower_kernel, op_flops, op_min_bytes
 from backend.lowering.builder import Builder, OpContext
 from backend.lowering.conv import conv_products, window_product
-from backend.lowering.conv_tensor import tap_packings
+from backend.lowering.conv.tensor_engine import tap_packings
 from backend.sim import OpRecord, Program, Simulator, TensorDesc, get_target
 
 TRN2 = get_target("trn2")

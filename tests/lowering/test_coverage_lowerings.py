@@ -315,7 +315,7 @@ def test_a_lowering_may_decline_to_the_host_but_only_before_emitting():
     assert lower(OpRecord(0, "test::declines", (x,), (x,))).kind == "fallback"
 
     def emits_then_declines(ctx):
-        ctx.b.compute("vector", "memset", free_size=4)
+        ctx.builder.compute("vector", "memset", free_size=4)
         return False
 
     lowering("test::emits_then_declines")(emits_then_declines)

@@ -10,11 +10,11 @@ DEP_SCALAR = 100 / 1.2      # semaphore wait on ScalarE
 DMA32K = (32768 + 4 * 256) / 23
 
 
-def vec(**kw):
+def vector_instruction(**kw):
     return Instruction("vector", "tensor_scalar", free_size=1024, **kw)
 
 
-def act(**kw):
+def scalar_instruction(**kw):
     return Instruction("scalar", "activation", free_size=512, **kw)
 
 
@@ -30,13 +30,13 @@ def run(target, *instrs, **program_kw):
 
 
 def test_independent_engines_overlap():
-    trace = run(TRN2, vec(), act())
+    trace = run(TRN2, vector_instruction(), scalar_instruction())
     assert trace.total_time_ns == pytest.approx(VEC)
     assert [(e.engine, e.start_ns) for e in trace.events] == [("vector", 0.0), ("scalar", 0.0)]
 
 
 def test_dependency_waits_and_pays_semaphore():
-    trace = run(TRN2, vec(), act(deps=(0,)))
+    trace = run(TRN2, vector_instruction(), scalar_instruction(deps=(0,)))
     scalar = trace.events[1]
     assert scalar.start_ns == pytest.approx(VEC)
     assert trace.total_time_ns == pytest.approx(VEC + ACT + DEP_SCALAR)
@@ -86,7 +86,7 @@ def test_launch_overhead_runs_ahead_until_a_sync():
     sim = Simulator(TRN2)
     for _ in range(2):
         p = Program("op", launch_overhead_ns=5000.0)
-        p.add(vec())
+        p.add(vector_instruction())
         sim.feed(p)
     a, b = sim.trace.ops
     assert (a.start_ns, b.start_ns) == (5000.0, 10000.0)        # launch-bound
@@ -95,7 +95,7 @@ def test_launch_overhead_runs_ahead_until_a_sync():
     first.add(Instruction("vector", "tensor_copy", free_size=20000))
     sim.feed(first)
     second = Program("op", launch_overhead_ns=5000.0)
-    second.add(vec())
+    second.add(vector_instruction())
     s = sim.feed(second)
     assert s.start_ns == pytest.approx(sim.trace.ops[0].end_ns + 5000.0)
 
@@ -103,7 +103,7 @@ def test_launch_overhead_runs_ahead_until_a_sync():
 def test_views_take_no_time_and_ops_run_back_to_back():
     sim = Simulator(TRN2)
     p = Program("op")
-    p.add(vec())
+    p.add(vector_instruction())
     sim.feed(p)
     v = sim.feed(Program("aten::view", "view"))
     sim.feed(p)
@@ -116,7 +116,7 @@ def test_views_take_no_time_and_ops_run_back_to_back():
 def test_event_bound_and_tracks():
     program = Program("many")
     for _ in range(10):
-        program.add(vec())
+        program.add(vector_instruction())
     trace = Simulator(TRN2, max_events=3).run(program)
     assert len(trace.events) == 3 and trace.events_dropped == 7
     assert trace.ops[0].instruction_count == 10
@@ -127,17 +127,18 @@ def test_event_bound_and_tracks():
 def test_program_rejects_bad_instructions():
     p = Program("bad")
     with pytest.raises(ValueError, match="earlier"):
-        p.add(vec(deps=(0,)))
+        p.add(vector_instruction(deps=(0,)))
     with pytest.raises(ValueError, match="engine"):
         p.add(Instruction("npu", "x"))
     with pytest.raises(ValueError, match="repeat"):
-        p.add(vec(repeat=0))
+        p.add(vector_instruction(repeat=0))
     with pytest.raises(ValueError, match="kind"):
         Program("x", "warp")
 
 
 def test_summary_rollup():
-    trace = run(TRN2, vec(repeat=4, flops=4096, traffic={"sbuf_read_bytes": 100}), act(deps=(0,)), dma32k())
+    trace = run(TRN2, vector_instruction(repeat=4, flops=4096, traffic={"sbuf_read_bytes": 100}),
+                scalar_instruction(deps=(0,)), dma32k())
     s = trace.summary()
     assert s["instruction_count"] == 6
     assert (s["vector_instruction_count"], s["scalar_instruction_count"], s["dma_instruction_count"]) == (4, 1, 1)

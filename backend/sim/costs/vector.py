@@ -12,7 +12,7 @@ from backend.sim.presets import NeuronConfig
 
 __all__ = ["vector_stream_rate"]
 
-_FAST_TT_ALUS = {"add", "subtract", "multiply"}
+_FAST_TENSOR_TENSOR_ALUS = {"add", "subtract", "multiply"}
 
 
 def vector_stream_rate(dtype: str, target: NeuronConfig) -> float:
@@ -27,7 +27,8 @@ def _ns(cycles: float, instr: Instruction, target: NeuronConfig) -> float:
 def _tensor_tensor(instr: Instruction, target: NeuronConfig) -> float:
     # 1 cycle/element for bf16 add/sub/mul from SBUF or with one input in PSUM, else 2.
     n = instr.free_size
-    fast = instr.attr("psum_input") or (is_two_byte(instr.dtype) and instr.attr("alu", "add") in _FAST_TT_ALUS)
+    fast = instr.attr("psum_input") or (is_two_byte(instr.dtype)
+                                        and instr.attr("alu", "add") in _FAST_TENSOR_TENSOR_ALUS)
     return _ns(n if fast else 2 * n, instr, target)
 
 

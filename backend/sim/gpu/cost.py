@@ -142,7 +142,7 @@ def _read_write_bytes(record: OpRecord) -> tuple[int, int]:
 
 
 def record_cost(config: GpuConfig, record: OpRecord, launch_ns: float) -> KernelCost:
-    """One eager op as one kernel (views and transfers are the session's business)."""
+    """One eager op as one kernel (views and transfers are the timeline's business)."""
     flops = op_flops(record)
     read, write = _read_write_bytes(record)
     dtype = _record_dtype(record)

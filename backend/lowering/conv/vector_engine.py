@@ -8,7 +8,7 @@ matmul whose PE array multiplies mostly zeros (at 1/4 rate in fp32). VectorE ins
 weight a per-partition scalar and the window a shifted access pattern of the SBUF band. Its
 ISA cost is tensor_tensor's (2N cycles; N only for bf16 subtract-then-multiply), so it is
 costed as a ``tensor_tensor`` with alu ``multiply_add``. A band's input carries the halo rows
-its windows reach past the band. ``conv`` simulates this mapping and TensorE's and runs the
+its windows reach past the band. ``planner`` simulates this mapping and TensorE's and runs the
 faster, so a bf16 depthwise conv, where TensorE runs at 4x its fp32 rate, may still go to TensorE.
 
 grad_weight is per tap a product (tensor_tensor multiply) and a free-axis sum (tensor_reduce)
@@ -18,15 +18,11 @@ the partitions' partial sums into channels in PSUM.
 from __future__ import annotations
 
 from math import ceil, prod
-from typing import TYPE_CHECKING
 
-from backend.lowering.builder import OpContext, itemsize
-from backend.lowering.conv_tensor import Emitter
+from backend.lowering.builder import Emitter, OpContext, itemsize
+from backend.lowering.conv.geometry import KernelGradient, WindowProduct, halo_rows
 from backend.lowering.stream import PLANE_BYTES_PER_PARTITION, Stage, TileIO, stream
 from backend.sim.presets import NeuronConfig
-
-if TYPE_CHECKING:
-    from backend.lowering.conv import KernelGradient, WindowProduct
 
 __all__ = ["vector_window", "vector_kernel_gradient", "band_tiling"]
 
@@ -44,11 +40,6 @@ def band_tiling(planes: int, rows: int, band_bytes, target: NeuronConfig) -> tup
     slots = planes * ceil(rows / band_rows)
     parts = min(target.partitions, slots)
     return band_rows, ceil(slots / parts), parts
-
-
-def _halo_rows(band_rows: int, kernel: int, stride: int, dilation: int, available: int) -> int:
-    """Input rows a band of output rows reads through its windows."""
-    return min(available, (band_rows - 1) * stride + (kernel - 1) * dilation + 1)
 
 
 def _mac(free: int, dtype: str, count: int) -> Stage:
@@ -79,7 +70,7 @@ def vector_window(ctx: OpContext, p: WindowProduct) -> Emitter:
     def src_band(rows: int) -> int:
         if p.scatter:
             return min(src_rows, ceil((rows + (k0 - 1) * d0) / s0))
-        return _halo_rows(rows, k0, s0, d0, src_rows)
+        return halo_rows(rows, k0, s0, d0, src_rows)
 
     def band_bytes(rows: int) -> int:
         return p.src_ch * src_band(rows) * src_row * src.itemsize + rows * dst_row * out.itemsize
@@ -113,7 +104,7 @@ def vector_kernel_gradient(ctx: OpContext, kg: KernelGradient) -> Emitter:
     small_row, big_row = prod(kg.small_spatial[1:]), prod(kg.big_spatial[1:])
 
     def big_band(rows: int) -> int:
-        return _halo_rows(rows, kg.kernel[0], kg.stride[0], kg.dilation[0], kg.big_spatial[0])
+        return halo_rows(rows, kg.kernel[0], kg.stride[0], kg.dilation[0], kg.big_spatial[0])
 
     def band_bytes(rows: int) -> int:
         return rows * small_row * small.itemsize + kg.big_ch * big_band(rows) * big_row * big.itemsize
@@ -132,7 +123,7 @@ def vector_kernel_gradient(ctx: OpContext, kg: KernelGradient) -> Emitter:
     moving_tiles = ceil(sums / t.moving_free_max)
 
     def emit(c: OpContext) -> None:
-        b = c.b
+        b = c.builder
         last = stream(c, tiles=tiles, partitions=parts, stages=stages, loads=loads, stores=[], bufs=BUFFERS)
         fold = b.matmul(k=parts, m=channels, n=min(sums, t.moving_free_max), dtype="float32", deps=last,
                         repeat=tiles * moving_tiles)

@@ -1,4 +1,4 @@
-"""The eager session the device layer drives: lower each executed op and simulate it in order."""
+"""The eager timeline the device layer drives: lower each executed op and simulate it in order on one NeuronCore."""
 from __future__ import annotations
 
 from collections.abc import Iterable

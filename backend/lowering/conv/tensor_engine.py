@@ -23,25 +23,20 @@ both grad_out and the input windows are transposed on TensorE, a transpose per t
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from itertools import product
 from math import ceil, prod
-from typing import TYPE_CHECKING
 
-from backend.lowering.builder import OpContext, itemsize, split_even
-from backend.lowering.gemm import MAX_BLOCK_GROUPS, GemmShape, emit_gemm, plan_gemm
+from backend.lowering.builder import Emitter, OpContext, itemsize, split_even
+from backend.lowering.conv.geometry import KernelGradient, WindowProduct
+from backend.lowering.gemm import MAX_BLOCK_GROUPS, TensorEngineGemm, emit_gemm, plan_blocked_gemm
 from backend.lowering.matmul import tensor_engine_dtype
 from backend.lowering.stream import PLANE_BYTES_PER_PARTITION
 
-if TYPE_CHECKING:
-    from backend.lowering.conv import KernelGradient, WindowProduct
-
-Emitter = Callable[[OpContext], None]        # emits one candidate mapping into a context
 # Block splits tried for each mapping: the planner's own (fewest, largest blocks), and one block
 # per emitted group, so the first load and the last store are a 16th of the transfers each.
 PIPELINE_BLOCKS = (1, MAX_BLOCK_GROUPS)
 
-__all__ = ["Emitter", "tap_packings", "tensor_window", "tensor_kernel_gradient"]
+__all__ = ["tap_packings", "tensor_window", "tensor_kernel_gradient"]
 
 
 def tap_packings(channels: int, kernel: tuple, pe_rows: int) -> list[tuple[int, int]]:
@@ -80,8 +75,8 @@ def _group_pack(groups: int, src_ch: int, dst_ch: int, rows: int, cols: int) -> 
     return max(1, min(groups, rows // src_ch, cols // dst_ch))
 
 
-def _gemm(shape: GemmShape, target, a: int, b: int, bias: int | None, out: int) -> Emitter:
-    plan = plan_gemm(shape, target)
+def _gemm(shape: TensorEngineGemm, target, a: int, b: int, bias: int | None, out: int) -> Emitter:
+    plan = plan_blocked_gemm(shape, target)
     return lambda ctx: emit_gemm(ctx, shape, plan, a, b, bias, out)
 
 
@@ -102,10 +97,10 @@ def tensor_window(ctx: OpContext, p: WindowProduct) -> list[list[Emitter]]:
         for k_tiles, copy_ch in tap_packings(rows, kernel, t.pe_rows):
             tk = ceil(rows * prod(kernel) / k_tiles)
             for min_blocks in PIPELINE_BLOCKS:
-                shape = GemmShape(batch=ceil(p.groups / g_pack), m=g_pack * p.dst_ch, k=tk * k_tiles, n=pixels,
-                                  a_transposed=p.weight_k_contiguous, k_tile=tk, a_blocks=g_pack,
-                                  b_reuse=max(1, round(tk * k_tiles * pixels / (copy_ch * share))),
-                                  b_copies=copy_ch / rows, min_blocks=min_blocks, **bias, **kinds)
+                shape = TensorEngineGemm(batch=ceil(p.groups / g_pack), m=g_pack * p.dst_ch, k=tk * k_tiles,
+                                         n=pixels, a_transposed=p.weight_k_contiguous, k_tile=tk, a_blocks=g_pack,
+                                         b_reuse=max(1, round(tk * k_tiles * pixels / (copy_ch * share))),
+                                         b_copies=copy_ch / rows, min_blocks=min_blocks, **bias, **kinds)
                 options.append(_gemm(shape, t, p.weight, p.src, p.bias, p.out))
         phases.append(options)
     return phases
@@ -133,7 +128,7 @@ def _kernel_gradient(ctx: OpContext, kg: KernelGradient, g_pack: int, window_blo
     C's diagonal blocks are kept); ``copy_ch`` channels of shifted input copies (one broadcast
     load) let one transpose cover several taps (``window_blocks`` transposes per tile);
     grad_bias, when asked, is one more moving column of ones."""
-    t, b = ctx.target, ctx.b
+    t, b = ctx.target, ctx.builder
     small, big, out = ctx.inputs[kg.small], ctx.inputs[kg.big], ctx.outputs[kg.out]
     dtype = tensor_engine_dtype(ctx, big.dtype)
     pixels = kg.batch * prod(kg.small_spatial)

@@ -1,17 +1,13 @@
-"""Convolutions: the products a conv op computes, and the engine each one runs on.
+"""Convolution geometry: the products a conv record computes and their window arithmetic.
 
 A forward conv is one window product; its backward is up to three more: grad_input (a
-window product of grad_out with the flipped kernel), grad_weight (a GEMM over output
-pixels) and grad_bias (a sum over pixels). Each product has candidate mappings: TensorE
-implicit GEMMs with different tap packings (``conv_tensor``) and, for grouped convs, VectorE
-per-channel multiply-accumulates (``conv_vector``). The candidates are simulated (inputs in
-HBM) and the fastest program is emitted, as a kernel author would time the variants. Dense
-convs take TensorE; depthwise convs usually take VectorE, because one input channel per group
-leaves the PE rows idle.
-
-A strided window product that scatters (grad_input of a strided conv, a ConvTranspose
-forward) is split into stride^d phases, each a stride-1 gather with a sub-kernel, so no
-inserted zeros are multiplied; phases that no tap reaches are zero-filled.
+window product of grad_out with the flipped kernel), grad_weight (a kernel gradient, a GEMM
+over output pixels) and grad_bias (a sum over pixels). This module reads them off the record
+(groups, channels, kernel, stride, dilation, padding) and does the index arithmetic the
+mappings share: a strided window product that scatters (grad_input of a strided conv, a
+ConvTranspose forward) splits into stride^d phases, each a stride-1 gather with a sub-kernel,
+and a band of output rows reads the halo rows its windows reach past it. Nothing here emits
+instructions.
 """
 from __future__ import annotations
 
@@ -20,17 +16,10 @@ from dataclasses import dataclass
 from itertools import product
 from math import prod
 
-from backend.lowering.builder import Builder, OpContext
-from backend.lowering.conv_tensor import Emitter, tensor_kernel_gradient, tensor_window
-from backend.lowering.conv_vector import vector_kernel_gradient, vector_window
-from backend.lowering.data import zero_fill
-from backend.lowering.registry import lowering
-from backend.lowering.stream import plane_stream, plane_tiling, vec
+from backend.lowering.builder import OpContext
 from backend.sim.descriptors import TensorDesc
-from backend.sim.ir import Program
-from backend.sim.scheduler import Simulator
 
-__all__ = ["WindowProduct", "KernelGradient", "window_product", "conv_products"]
+__all__ = ["WindowProduct", "KernelGradient", "window_product", "conv_products", "halo_rows"]
 
 
 @dataclass(frozen=True)
@@ -134,6 +123,11 @@ def _geometry(x: TensorDesc, w: TensorDesc, attrs: dict) -> tuple:
             _per_dim(attrs.get("padding"), nd, 0), transposed)
 
 
+def halo_rows(band_rows: int, kernel: int, stride: int, dilation: int, available: int) -> int:
+    """Input rows a band of output rows reads through its windows."""
+    return min(available, (band_rows - 1) * stride + (kernel - 1) * dilation + 1)
+
+
 def window_product(x: TensorDesc, w: TensorDesc, y: TensorDesc, attrs: dict, *, grad_input: bool,
                    src: int, weight: int, out: int, bias: int | None = None) -> WindowProduct:
     """The forward product (x -> y), or grad_input's (grad of y -> grad of x)."""
@@ -149,83 +143,6 @@ def window_product(x: TensorDesc, w: TensorDesc, y: TensorDesc, attrs: dict, *, 
         padding = tuple((k - 1) * d - p for k, d, p in zip(kernel, dilation, padding))
     return WindowProduct(src, weight, out, bias, x.shape[0], groups, src_ch, dst_ch, kernel, stride, dilation,
                          padding, tuple(src_sp), tuple(dst_sp), scatter, weight_k_contiguous=not scatter)
-
-
-def simulated_ns(ctx: OpContext, emitters: list[Emitter]) -> float:
-    """Time of the emitters' instructions alone on the target, their inputs in HBM."""
-    program = Program(ctx.record.name)
-    scratch = OpContext(ctx.record, ctx.target, Builder(program, ctx.target), out_to_hbm=list(ctx.out_to_hbm))
-    for emit in emitters:
-        emit(scratch)
-    return Simulator(ctx.target).run(program).ops[0].time_ns
-
-
-_PICKS: dict = {}               # record signature -> the candidate picked at each choice
-_PICKS_MAX = 4096
-
-
-class _Planner:
-    """Picks among candidate emitters by simulating them: each phase of a window product alone
-    (in phase order), then the window product's mappings and the kernel gradient's jointly, on
-    the whole op's program. The picks are remembered per record signature, so the convs of a
-    training loop are planned once."""
-
-    def __init__(self, ctx: OpContext):
-        self.ctx = ctx
-        r = ctx.record
-        self.key = (r.name, tuple((d.shape, d.dtype, d.strides) for d in (*r.inputs, *r.outputs)),
-                    repr(sorted(r.attrs.items())), ctx.target)
-        self.known = _PICKS.get(self.key)
-        self.picks: list[int] = []
-
-    def pick(self, options: list, cost) -> int:
-        """Index of the option with the least ``cost(option)`` (or the remembered pick)."""
-        if self.known is not None:
-            index = self.known[len(self.picks)]
-        else:
-            index = min(range(len(options)), key=lambda i: cost(options[i])) if len(options) > 1 else 0
-        self.picks.append(index)
-        return index
-
-    def window_mappings(self, p: WindowProduct) -> list[list[Emitter]]:
-        """[TensorE phases] and, for grouped convs, [VectorE]; zero-filling what no tap reaches."""
-        tensor: list[Emitter] = []
-        for options in tensor_window(self.ctx, p):
-            tensor.append(options[self.pick(options, lambda e: simulated_ns(self.ctx, [*tensor, e]))])
-        mappings = [tensor] + ([[vector_window(self.ctx, p)]] if p.groups > 1 else [])
-        _, unreached = p.phases()
-        if unreached:
-            out = self.ctx.outputs[p.out]
-            fill = [lambda c: zero_fill(c, out, unreached * p.groups * p.dst_ch * out.itemsize)]
-            mappings = [m + fill for m in mappings]
-        return mappings
-
-    def emit(self, combos: list[list[Emitter]]) -> None:
-        chosen = combos[self.pick(combos, lambda emitters: simulated_ns(self.ctx, emitters))]
-        if self.known is None:
-            if len(_PICKS) >= _PICKS_MAX:
-                _PICKS.clear()
-            _PICKS[self.key] = tuple(self.picks)
-        for emit in chosen:
-            emit(self.ctx)
-
-
-def _grad_bias(ctx: OpContext, out: int) -> None:
-    """Per-plane sums on VectorE (planes on partitions), folded into channels by a selection-matrix
-    matmul that accumulates every tile's partial sums in PSUM."""
-    g, channels, t = ctx.inputs[0], ctx.outputs[out], ctx.target
-    planes = g.shape[0] * g.shape[1]
-    tiles, parts, _ = plane_tiling(ctx, planes, (0,), ())
-    last = plane_stream(ctx, planes, lambda free: [vec("tensor_reduce", free(g), g.dtype, out_free=1, alu="add")],
-                        loads=(0,), stores=())
-    fold = ctx.b.matmul(k=parts, m=min(channels.numel, t.stationary_free_max), n=1, dtype="float32", deps=last,
-                        repeat=tiles * -(-channels.numel // t.stationary_free_max))
-    ev = ctx.b.compute("vector", "tensor_copy", free_size=1, partitions=min(channels.numel, t.partitions),
-                       src="psum", deps=(fold,), out_dtype=channels.dtype)
-    if ctx.out_to_hbm[out]:
-        ctx.b.dma(channels.nbytes, src="sbuf", dst="hbm", partitions=min(channels.numel, t.partitions),
-                  row_bytes=channels.itemsize, deps=(ev,))
-    ctx.set_ready(out, (ev,))
 
 
 def conv_products(ctx: OpContext) -> tuple[list, KernelGradient | None, int | None]:
@@ -249,30 +166,3 @@ def conv_products(ctx: OpContext) -> tuple[list, KernelGradient | None, int | No
                                  c_in if transposed else c_out, c_out if transposed else c_in, kernel, stride,
                                  dilation, tuple(ctx.inputs[small].shape[2:]), tuple(ctx.inputs[big].shape[2:]))
     return windows, kernel_grad, bias if transposed else None
-
-
-@lowering("aten::convolution", "aten::_convolution", "aten::convolution_overrideable",
-          "aten::conv1d", "aten::conv2d", "aten::conv3d",
-          "aten::convolution_backward", "aten::convolution_backward_overrideable")
-def _convolution(ctx: OpContext) -> None:
-    if not any(out.numel for out in ctx.outputs):
-        return
-    if not all(t.numel for t in ctx.inputs[:3]):       # nothing to multiply: the outputs are zeros
-        for out in ctx.outputs:
-            zero_fill(ctx, out)
-        return
-    windows, kernel_grad, bias_out = conv_products(ctx)
-    plan = _Planner(ctx)
-    combos: list[list[Emitter]] = [[]]
-    for p in windows:
-        combos = [c + m for c in combos for m in plan.window_mappings(p)]
-    if kernel_grad is not None:
-        candidates = tensor_kernel_gradient(ctx, kernel_grad)
-        if kernel_grad.groups > 1:
-            candidates.append(vector_kernel_gradient(ctx, kernel_grad))
-        combos = [c + [k] for c in combos for k in candidates]
-    if bias_out is not None:
-        combos = [c + [lambda c_: _grad_bias(c_, bias_out)] for c in combos]
-    plan.emit(combos)
-    if kernel_grad is not None and kernel_grad.bias is not None:
-        ctx.set_ready(kernel_grad.bias, ctx.out_ready[kernel_grad.out] or ())
