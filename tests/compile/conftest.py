@@ -1,4 +1,4 @@
-"""Compile tests: Dynamo's caches and the compile registry fresh, the backend registered."""
+"""Compile tests: Dynamo's caches and the compiled-graph log fresh, the backend registered."""
 import pytest
 import torch
 
