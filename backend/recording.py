@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sys
+import threading
 from typing import Callable
 
 import torch
@@ -26,44 +27,78 @@ from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.presets import NeuronConfig, get_target
 
 __all__ = ["recording", "active_sinks", "suspended", "make_record", "emit", "tensor_desc",
-           "record_tagger", "SIMULATED_DEVICE_TYPES", "current_target", "set_target_source"]
+           "record_tagger", "remove_tagger", "OpStream", "STREAM", "SIMULATED_DEVICE_TYPES", "current_target", "set_target_source"]
 
-_sinks: list = []
-_suspend_depth = 0
-_counter = itertools.count()
 _SCALARS = (int, float, bool, str, type(None))
 # Ops whose schema does not say "view" but which only re-describe existing memory.
 ZERO_COPY_OPS = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "aten::_reshape_alias"})
 SIMULATED_DEVICE_TYPES = {"neuron"}   # "cuda" joins while CUDA emulation is on
-_taggers: list = []
-_target_source: list = [None]
 
 
-def active_sinks() -> list:
+class OpStream:
+    """Who listens to the op stream and what the layers above told it (one per process).
+
+    ``sinks`` is replaced, never mutated, so a thread iterating it while another subscribes
+    sees a consistent list; ``listening`` is the dispatcher's one-attribute fast-path check.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.sinks: tuple = ()
+        self.suspend_depth = 0
+        self.taggers: tuple = ()
+        self.target_source: Callable[[], NeuronConfig] | None = None
+        self.counter = itertools.count()
+
+    @property
+    def listening(self) -> bool:
+        return bool(self.sinks) and not self.suspend_depth
+
+    def subscribe(self, entry) -> None:
+        with self._lock:
+            self.sinks = (*self.sinks, entry)
+
+    def unsubscribe(self, entry) -> None:
+        with self._lock:
+            sinks = list(self.sinks)
+            sinks.remove(entry)
+            self.sinks = tuple(sinks)
+
+    def reset(self) -> None:
+        """Drop every sink and suspension (tests); taggers and the target source stay, as the
+        device layer registers them once at import."""
+        with self._lock:
+            self.sinks = ()
+            self.suspend_depth = 0
+
+
+STREAM = OpStream()
+
+
+def active_sinks() -> tuple:
     """Sinks that should receive records now (empty while suspended)."""
-    return _sinks if not _suspend_depth else []
+    return STREAM.sinks if not STREAM.suspend_depth else ()
 
 
 @contextlib.contextmanager
 def recording(sink, *, with_source: bool = False):
     """Feed every op executed on a simulated device to ``sink.feed(record)`` while active."""
     entry = (sink, with_source)
-    _sinks.append(entry)
+    STREAM.subscribe(entry)
     try:
         yield sink
     finally:
-        _sinks.remove(entry)
+        STREAM.unsubscribe(entry)
 
 
 @contextlib.contextmanager
 def suspended():
     """Run device ops without recording (e.g. while a compiler traces them)."""
-    global _suspend_depth
-    _suspend_depth += 1
+    STREAM.suspend_depth += 1
     try:
         yield
     finally:
-        _suspend_depth -= 1
+        STREAM.suspend_depth -= 1
 
 
 def record_tagger(tagger: Callable) -> Callable:
@@ -72,21 +107,25 @@ def record_tagger(tagger: Callable) -> Callable:
     For facts the op stream cannot see itself, e.g. the device's hardware numerics running an
     fp32 matmul at the bf16 rate. Registering the same tagger twice is an error.
     """
-    if tagger in _taggers:
+    if tagger in STREAM.taggers:
         raise RuntimeError(f"record tagger {tagger.__qualname__} is already registered")
-    _taggers.append(tagger)
+    STREAM.taggers = (*STREAM.taggers, tagger)
     return tagger
+
+
+def remove_tagger(tagger: Callable) -> None:
+    STREAM.taggers = tuple(t for t in STREAM.taggers if t is not tagger)
 
 
 def set_target_source(source: Callable[[], NeuronConfig] | None) -> None:
     """Tell the op stream where the simulated device's selected target comes from."""
-    _target_source[0] = source
+    STREAM.target_source = source
 
 
 def current_target() -> NeuronConfig:
     """The NeuronCore target the simulated device models now (the preset default until a
     device layer has registered its selection with ``set_target_source``)."""
-    source = _target_source[0]
+    source = STREAM.target_source
     return source() if source is not None else get_target()
 
 
@@ -136,11 +175,11 @@ def make_record(func, args, kwargs, host_inputs, host_outputs, *, transfer=None,
         plain = _plain(value)
         if plain is not None:
             attrs[name] = plain
-    for tagger in _taggers:
+    for tagger in STREAM.taggers:
         attrs.update(tagger(func, host_inputs) or ())
     name = func._schema.name
     return OpRecord(
-        index=next(_counter),
+        index=next(STREAM.counter),
         name=name,
         inputs=tuple(tensor_desc(t) for t in host_inputs),
         outputs=tuple(tensor_desc(t) for t in host_outputs),

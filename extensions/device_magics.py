@@ -19,7 +19,7 @@ TARGETS_HELP = "; ".join(f"{device}: {', '.join(targets)}" for device, targets i
 
 
 def _status(state, moved=()) -> None:
-    lines = [("active", state.describe())]
+    lines = [("active", state.status_line())]
     if moved:
         lines.append(("moved", ", ".join(moved)))
     lines += [("available", "cpu; " + TARGETS_HELP)]
@@ -72,7 +72,7 @@ class DeviceMagics(Magics):
         except BaseException:
             set_device(previous.device, previous.target, redirect=previous.redirect)
             raise
-        log.info("device: %s", state.describe())
+        log.info("device: %s", state.status_line())
         _status(state, names)
 
     def _check_movable(self, names) -> None:

@@ -29,7 +29,7 @@ class DeviceState:
     def torch_device(self) -> torch.device:
         return torch.device("cpu" if self.device == "cpu" else f"{self.device}:0")
 
-    def describe(self) -> str:
+    def status_line(self) -> str:
         if self.device == "cpu":
             return "cpu (host eager, no simulation)"
         if self.device == "neuron":

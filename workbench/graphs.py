@@ -83,15 +83,15 @@ class CompiledGraph:
 
 def expand_graphs(objs) -> list:
     """CompiledGraphs from what the compile layer registers: one per AOTAutograd part
-    (forward/backward/inference) of a graph-log entry with ``parts`` and ``describe(part)``,
+    (forward/backward/inference) of a graph-log entry with ``parts`` and ``graph_dict(part)``,
     otherwise one per object."""
     out = []
     for obj in objs:
         parts = getattr(obj, "parts", None)
-        if isinstance(parts, dict) and parts and callable(getattr(obj, "describe", None)):
-            out.extend(CompiledGraph.from_dict(obj.describe(part)) for part in parts)
-        elif callable(getattr(obj, "describe", None)) and not isinstance(obj, (dict, CompiledGraph)):
-            out.append(CompiledGraph.from_dict(obj.describe()))
+        if isinstance(parts, dict) and parts and callable(getattr(obj, "graph_dict", None)):
+            out.extend(CompiledGraph.from_dict(obj.graph_dict(part)) for part in parts)
+        elif callable(getattr(obj, "graph_dict", None)) and not isinstance(obj, (dict, CompiledGraph)):
+            out.append(CompiledGraph.from_dict(obj.graph_dict()))
         else:
             out.append(CompiledGraph.coerce(obj))
     return out

@@ -67,7 +67,7 @@ class CompiledPartInfo:
         """Compute nodes (what eager mode would launch, views excluded)."""
         return sum(1 for n in self.graph_module.graph.nodes if node_class(n) not in ("io", "view"))
 
-    def describe(self, name: str = "graph", graph_breaks=()) -> dict:
+    def graph_dict(self, name: str = "graph", graph_breaks=()) -> dict:
         """Nodes, edges and costs in the shape ``workbench.graphs.CompiledGraph.from_dict`` reads."""
         group_of = {n: g.name for g in self.groups for n in g.nodes}
         cost_ns = {k: c.time_ns for k, c in self.costs.items()}
@@ -126,12 +126,12 @@ class CompiledGraphInfo:
     def kernel_costs(self) -> list[KernelCost]:
         return [c for p in self.parts.values() for c in p.costs.values()]
 
-    def describe(self, part: str = "forward") -> dict:
+    def graph_dict(self, part: str = "forward") -> dict:
         """Graph description for the workbench figure (``part``: forward, backward, inference)."""
         info = self.parts.get(part) or (self.forward if part == "forward" else None)
         if info is None:
             raise KeyError(f"graph {self.name} has no {part} part (has {sorted(self.parts)})")
-        return info.describe(self.name, self.graph_breaks)
+        return info.graph_dict(self.name, self.graph_breaks)
 
     def to_record(self) -> dict:
         fw, bw = self.forward, self.backward

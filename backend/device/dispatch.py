@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from backend import recording
-from backend.recording import SIMULATED_DEVICE_TYPES
+from backend.recording import SIMULATED_DEVICE_TYPES, STREAM as _STREAM
 
 from . import numerics
 from .device_module import reported_device
@@ -160,7 +160,7 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
         for w in (wrapped if isinstance(wrapped, (tuple, list)) else (wrapped,)):
             if w.__class__ is DeviceTensor:
                 carry_math_bits(w)
-    if recording._sinks and not recording._suspend_depth:
+    if _STREAM.sinks and not _STREAM.suspend_depth:   # recording.STREAM.listening, inlined: hot path
         host_outputs = _host_outputs(out)
         # Tracer (fake) outputs mean torch.compile is tracing: that is not an executed op.
         if all(t.__class__ is torch.Tensor for t in host_outputs):

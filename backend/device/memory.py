@@ -30,7 +30,7 @@ class DeviceMemory:
 
     device_type: str
     capacity_bytes: int
-    describe: str = ""
+    label: str = ""
     allocated_bytes: int = 0
     reserved_bytes: int = 0
     peak_allocated_bytes: int = 0
@@ -47,7 +47,7 @@ class DeviceMemory:
             self.num_ooms += 1
             raise torch.OutOfMemoryError(
                 f"{self.device_type} out of memory. Tried to allocate {_fmt(nbytes)}. "
-                f"{self.describe} has a total capacity of {_fmt(self.capacity_bytes)} of which "
+                f"{self.label} has a total capacity of {_fmt(self.capacity_bytes)} of which "
                 f"{_fmt(self.allocated_bytes)} is already allocated "
                 f"({_fmt(self.capacity_bytes - self.allocated_bytes)} free). Free tensors "
                 f"(del, then gc.collect()) or pick a target with more HBM.")
@@ -118,7 +118,7 @@ class DeviceMemory:
             ("Reserved memory", self.reserved_bytes, self.peak_reserved_bytes),
         ]
         lines = [f"|{'=' * 66}|",
-                 f"| {self.device_type} memory summary: {self.describe}".ljust(67) + "|",
+                 f"| {self.device_type} memory summary: {self.label}".ljust(67) + "|",
                  f"| capacity {_fmt(self.capacity_bytes)}, OOMs {self.num_ooms}".ljust(67) + "|",
                  f"|{'-' * 66}|",
                  f"| {'Metric':<24}{'Cur Usage':>20}{'Peak Usage':>20} |"]
@@ -140,14 +140,14 @@ class MemoryPools(dict):
     A dict so that CUDA emulation can swap entries through its reversible ``Patcher``.
     """
 
-    def install(self, device_type: str, capacity_bytes: int, describe: str) -> DeviceMemory:
+    def install(self, device_type: str, capacity_bytes: int, label: str) -> DeviceMemory:
         """(Re)configure the pool of a device type, keeping live allocations when resized."""
         pool = self.get(device_type)
         if pool is None:
-            pool = self[device_type] = DeviceMemory(device_type, capacity_bytes, describe)
+            pool = self[device_type] = DeviceMemory(device_type, capacity_bytes, label)
         else:
             pool.capacity_bytes = capacity_bytes
-            pool.describe = describe
+            pool.label = label
         return pool
 
     def reset(self) -> None:
@@ -163,6 +163,6 @@ def memory_for(device_type: str) -> DeviceMemory | None:
     return POOLS.get(device_type)
 
 
-def install_pool(device_type: str, capacity_bytes: int, describe: str) -> DeviceMemory:
+def install_pool(device_type: str, capacity_bytes: int, label: str) -> DeviceMemory:
     """(Re)configure the pool of a device type, keeping live allocations when resized."""
-    return POOLS.install(device_type, capacity_bytes, describe)
+    return POOLS.install(device_type, capacity_bytes, label)

@@ -79,13 +79,13 @@ def test_registry_describes_graph_for_the_figure(block_runs):
     assert all(c.time_ns > 0 and c.hbm_bytes > 0 for c in costs.values())
     assert graph.forward.target == "trn2"
     for part in ("forward", "backward"):
-        desc = graph.describe(part)
+        desc = graph.graph_dict(part)
         figure = CompiledGraph.from_dict(desc)
         names = {n.name for n in figure.nodes}
         assert all(a in names and b in names for a, b in figure.edges)
         assert figure.groups == graph.parts[part].fusion_groups
         assert "def forward" in figure.fx_text
-    fw = graph.describe("forward")
+    fw = graph.graph_dict("forward")
     grouped = [n for n in fw["nodes"] if n["group"]]
     assert all(n["cost_ns"] == costs[n["group"]].time_ns for n in grouped)
     assert any(n["source"] and "compile_bench.py" in n["source"] for n in grouped)

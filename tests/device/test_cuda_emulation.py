@@ -36,7 +36,7 @@ def _torch_state() -> dict:
         torch._C.DispatchKey.AutocastPrivateUse1)
     state["simulated types"] = set(recording.SIMULATED_DEVICE_TYPES)
     state["pools"] = dict(memory.POOLS)
-    state["sinks"] = list(recording._sinks)
+    state["sinks"] = list(recording.STREAM.sinks)
     state["cuda guard slot"] = guard.slot_value()
     return state
 
@@ -308,7 +308,7 @@ def test_off_restores_torch_exactly(redirect):
     torch.nn.Linear(2, 2).cuda()
     disable()
     after = _torch_state()
-    assert not is_enabled() and recording_sink not in recording._sinks
+    assert not is_enabled() and all(sink is not recording_sink for sink, _ in recording.STREAM.sinks)
     for key in before:
         assert after[key] == before[key], f"{key} differs after disable()"
     assert guard.slot_value() is None and not torch.cuda.is_available()

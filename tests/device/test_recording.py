@@ -91,4 +91,36 @@ def test_a_record_tagger_adds_attrs_and_is_registered_once(neuron):
             x + 1
         assert [r.attrs.get("seen_by_test") for r in sink.records] == [True, None]
     finally:
-        recording._taggers.remove(tag)
+        recording.remove_tagger(tag)
+
+
+def test_sinks_subscribe_from_threads_without_losing_any():
+    """Sessions opened and closed on several threads leave the stream exactly as it was."""
+    import threading
+
+    before = recording.STREAM.sinks
+    errors = []
+
+    def worker():
+        try:
+            for _ in range(200):
+                sink = ListSink()
+                with recording.recording(sink):
+                    assert any(s is sink for s, _ in recording.active_sinks())
+        except Exception as exc:  # noqa: BLE001  (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and recording.STREAM.sinks == before
+
+
+def test_stream_reset_drops_sinks_and_suspension():
+    stream = recording.OpStream()
+    stream.subscribe((ListSink(), False))
+    stream.suspend_depth = 2
+    stream.reset()
+    assert stream.sinks == () and stream.suspend_depth == 0 and not stream.listening

@@ -27,7 +27,7 @@ def test_no_argument_shows_active_device_and_what_is_available(shell):
 def test_switch(shell, line, state, where):
     _, shown = outputs(shell.run_line_magic, "neuron_device", line)
     assert active_device() == state
-    assert state.describe() in shown[0]["text/plain"]
+    assert state.status_line() in shown[0]["text/plain"]
     shell.run_cell("import torch\nt = torch.ones(2)")
     assert str(shell.user_ns["t"].device) == where
 

@@ -28,7 +28,7 @@ def test_cuda_redirect_runs_on_neuron():
     state = set_device("cuda", redirect=True)
     assert torch.cuda.is_available() and state.redirect
     assert torch.zeros(1, device="cuda").device.type == "neuron"
-    assert "redirected" in state.describe()
+    assert "redirected" in state.status_line()
 
 
 def test_cpu_restores_torch():

@@ -83,7 +83,7 @@ def test_registry_entries_expand_to_one_graph_per_part():
     class Info:
         parts = {"forward": 1, "backward": 2}
 
-        def describe(self, part):
+        def graph_dict(self, part):
             return {"name": f"g/{part}", "nodes": [{"name": "a", "group": "k0"}], "kernel_cost_ns": {"k0": 5.0}}
 
     graphs = expand_graphs([Info()])
