@@ -100,7 +100,7 @@ def _apply(patcher: Patcher, device: EmulatedDevice, backing: torch.device) -> N
     compile_routing.install(patcher)
     if device.session is not None:
         stack = contextlib.ExitStack()
-        stack.enter_context(recording.recording(device.session))
+        stack.enter_context(recording.recording(device.session, all_threads=True))  # the device clock
         patcher.on_restore("recording sink", stack.close)
 
 
