@@ -24,7 +24,7 @@ from backend.sim.trace import engine_class
 from workbench.aggregate import aggregate_events, busy_per_bin
 from workbench.presenters import presenter
 from workbench.profiles import Profile
-from workbench.records import json_safe, trace_from_parts, trace_header
+from workbench.records import OP_COLUMNS, check_columns, json_safe, trace_from_parts, trace_header
 
 __all__ = ["export_chrome_trace", "chrome_trace_dict", "load_trace", "DEFAULT_MAX_EVENTS", "FORMAT"]
 
@@ -217,6 +217,7 @@ def load_trace(path):
         rows = [(ev["ts"] * 1000.0, (ev["ts"] + ev["dur"]) * 1000.0, tid_engine[ev["tid"]], ev["args"]["opcode"],
                  ev["args"]["op_index"], ev["args"].get("bytes", 0), ev["args"].get("flops", 0))
                 for ev in data["traceEvents"] if ev.get("ph") == "X" and ev.get("pid") == DEVICE_PID]
+        check_columns(wb["ops"]["columns"], OP_COLUMNS, f"{path} (workbench.ops)")
         trace = trace_from_parts(wb["trace"], _records(wb["ops"]), rows)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: workbench trace is damaged ({type(exc).__name__}: {exc})") from exc
