@@ -29,8 +29,8 @@ import torch
 from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.presets import NeuronConfig, get_target
 
-__all__ = ["recording", "active_sinks", "SinkEntry", "op_origin", "suspended", "make_record", "emit", "tensor_desc",
-           "record_tagger", "remove_tagger", "OpStream", "STREAM", "SIMULATED_DEVICE_TYPES", "current_target", "set_target_source"]
+__all__ = ["recording", "active_sinks", "SinkEntry", "op_origin", "suspended", "make_record", "emit",
+           "tensor_desc", "record_tagger", "remove_tagger", "OpStream", "STREAM", "SIMULATED_DEVICE_TYPES", "current_target", "set_target_source"]
 
 _SCALARS = (int, float, bool, str, type(None))
 # Ops whose schema does not say "view" but which only re-describe existing memory.

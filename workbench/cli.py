@@ -138,7 +138,8 @@ def _profile_command(args, script_args: list) -> int:
     prof.meta["script"] = str(args.script)
     status = _exit_status(stopped)
     if isinstance(stopped, KeyboardInterrupt) or status:
-        prof.meta["error"] = "KeyboardInterrupt" if isinstance(stopped, KeyboardInterrupt) else f"SystemExit: {stopped.code}"
+        interrupted = isinstance(stopped, KeyboardInterrupt)
+        prof.meta["error"] = "KeyboardInterrupt" if interrupted else f"SystemExit: {stopped.code}"
         log.warning("%s stopped (%s); reporting the ops that ran until then", args.script, prof.meta["error"])
     rows = summary_rows(prof.summary)
     width = max(len(label) for label, _ in rows)

@@ -8,8 +8,8 @@ Layout of the file (Trace Event Format, JSON object form):
 - pid 2 holds the ops/kernels as "X" spans, in as many lanes as overlapping ops need, each with
   the ``correlation`` id of its instructions;
 - top-level ``deviceProperties``, ``schemaVersion`` and ``distributedInfo`` (rank, world_size,
-  backend) so Perfetto and Holistic Trace Analysis accept it, and a ``workbench`` key with the header, op records, summary and compiled graphs so
-  ``load_trace`` re-creates the Profile.
+  backend) so Perfetto and Holistic Trace Analysis accept it, and a ``workbench`` key with the
+  header, op records, summary and compiled graphs so ``load_trace`` re-creates the Profile.
 
 Instruction events beyond ``max_events`` are merged (see ``workbench.aggregate``) so files stay
 small; ``full=True`` writes every kept instruction.
