@@ -7,6 +7,9 @@ meet here. It imports torch and ``backend.sim`` only.
 - Sinks (the simulator sessions) subscribe with ``recording(sink)``; with no sink nobody builds
   records at all, so recording costs nothing when nobody listens. ``suspended()`` hides ops
   from the sinks (e.g. while a compiler traces them).
+- A sink receives the ops of the thread that opened it (so two threads profiling at once keep
+  their runs apart), including the backward ops autograd runs for that thread on its device
+  worker threads; ``recording(sink, all_threads=True)`` receives every thread's ops.
 - ``make_record``/``emit`` turn one executed op into an OpRecord. Layers above add attributes
   they alone know (the device: hardware-numerics autocast) through ``@record_tagger``.
 - ``SIMULATED_DEVICE_TYPES`` names the device types whose ops are simulated (``neuron``, and
@@ -26,13 +29,36 @@ import torch
 from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.presets import NeuronConfig, get_target
 
-__all__ = ["recording", "active_sinks", "suspended", "make_record", "emit", "tensor_desc",
-           "record_tagger", "remove_tagger", "OpStream", "STREAM", "SIMULATED_DEVICE_TYPES", "current_target", "set_target_source"]
+__all__ = ["recording", "active_sinks", "SinkEntry", "op_origin", "suspended", "make_record", "emit",
+           "tensor_desc", "record_tagger", "remove_tagger", "OpStream", "STREAM", "SIMULATED_DEVICE_TYPES", "current_target", "set_target_source"]
 
 _SCALARS = (int, float, bool, str, type(None))
 # Ops whose schema does not say "view" but which only re-describe existing memory.
 ZERO_COPY_OPS = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "aten::_reshape_alias"})
 SIMULATED_DEVICE_TYPES = {"neuron"}   # "cuda" joins while CUDA emulation is on
+# Key of the recording thread's id in torch's thread-local Python objects: the autograd engine
+# copies those into the device worker thread that runs a backward pass, so ops of a backward
+# are attributed to the thread that called it.
+_ORIGIN_KEY = "neuron_workbench.recording_origin"
+_opened = threading.local()           # per thread: sinks this thread has open
+
+
+def op_origin() -> int:
+    """Which thread an op issued now belongs to: this thread, or for backward ops run on an
+    autograd worker thread, the recording thread that started the backward pass."""
+    if torch._C._is_key_in_tls(_ORIGIN_KEY):
+        return torch._C._get_obj_in_tls(_ORIGIN_KEY)
+    return threading.get_ident()
+
+
+class SinkEntry(tuple):
+    """``(sink, with_source)`` as consumers unpack it, plus ``owner``: the thread whose ops the
+    sink receives (None: every thread's)."""
+
+    def __new__(cls, sink, with_source: bool, owner: int | None):
+        entry = super().__new__(cls, (sink, with_source))
+        entry.owner = owner
+        return entry
 
 
 class OpStream:
@@ -76,19 +102,48 @@ STREAM = OpStream()
 
 
 def active_sinks() -> tuple:
-    """Sinks that should receive records now (empty while suspended)."""
-    return STREAM.sinks if not STREAM.suspend_depth else ()
+    """``(sink, with_source)`` entries that should receive an op issued now: those opened by
+    the op's thread or for all threads (empty while suspended)."""
+    sinks = STREAM.sinks
+    if not sinks or STREAM.suspend_depth:
+        return ()
+    origin = op_origin()
+    return tuple(e for e in sinks if e.owner is None or e.owner == origin)
+
+
+def _claim_origin() -> int:
+    """Mark this thread as a recording origin (nested sinks share it); returns its id."""
+    depth = getattr(_opened, "depth", 0)
+    if depth == 0:
+        _opened.owner = op_origin()      # a sink opened inside a backward pass keeps its origin
+        _opened.stashed = not torch._C._is_key_in_tls(_ORIGIN_KEY)
+        if _opened.stashed:
+            torch._C._stash_obj_in_tls(_ORIGIN_KEY, _opened.owner)
+    _opened.depth = depth + 1
+    return _opened.owner
+
+
+def _release_origin() -> None:
+    _opened.depth -= 1
+    if _opened.depth == 0 and _opened.stashed:
+        # Erase, not overwrite: a Python object left in torch's TLS at thread exit deadlocks.
+        torch._C._remove_obj_from_tls(_ORIGIN_KEY)
 
 
 @contextlib.contextmanager
-def recording(sink, *, with_source: bool = False):
-    """Feed every op executed on a simulated device to ``sink.feed(record)`` while active."""
-    entry = (sink, with_source)
+def recording(sink, *, with_source: bool = False, all_threads: bool = False):
+    """Feed every op executed on a simulated device to ``sink.feed(record)`` while active:
+    the ops of this thread (and of backward passes it starts), or with ``all_threads`` every
+    thread's ops."""
+    owner = None if all_threads else _claim_origin()
+    entry = SinkEntry(sink, with_source, owner)
     STREAM.subscribe(entry)
     try:
         yield sink
     finally:
         STREAM.unsubscribe(entry)
+        if not all_threads:
+            _release_origin()
 
 
 @contextlib.contextmanager

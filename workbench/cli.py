@@ -127,11 +127,20 @@ def _profile_command(args, script_args: list) -> int:
     target = args.target or DEFAULT_TARGETS[args.device]
     on_op, bar = _progress(not args.no_progress)
     compiling = compile_modules() if args.compile else contextlib.nullcontext()
+    stopped = None       # the script's SystemExit or a Ctrl-C: report what ran, then pass it on
     with bar, default_device(args.device, target), compiling:
         with profile(device=args.device, target=target, on_op=on_op) as prof:
-            _run_script(args.script, script_args)
+            try:
+                _run_script(args.script, script_args)
+            except (SystemExit, KeyboardInterrupt) as exc:
+                stopped = exc
     prof.meta["compiled"] = bool(args.compile)
     prof.meta["script"] = str(args.script)
+    status = _exit_status(stopped)
+    if isinstance(stopped, KeyboardInterrupt) or status:
+        interrupted = isinstance(stopped, KeyboardInterrupt)
+        prof.meta["error"] = "KeyboardInterrupt" if interrupted else f"SystemExit: {stopped.code}"
+        log.warning("%s stopped (%s); reporting the ops that ran until then", args.script, prof.meta["error"])
     rows = summary_rows(prof.summary)
     width = max(len(label) for label, _ in rows)
     print(f"workbench profile: {args.script} on {args.device} {target}{' (compiled)' if args.compile else ''}")
@@ -139,7 +148,19 @@ def _profile_command(args, script_args: list) -> int:
         print(f"  {label:<{width}}  {value}")
     for path in _write_outputs(prof, args):
         print(f"wrote {path}")
-    return 0
+    if isinstance(stopped, KeyboardInterrupt):
+        raise stopped
+    return status
+
+
+def _exit_status(stopped: BaseException | None) -> int:
+    """The process status ``python script.py`` would have had (SystemExit's rules)."""
+    if not isinstance(stopped, SystemExit) or stopped.code is None:
+        return 0
+    if isinstance(stopped.code, int):
+        return stopped.code
+    print(stopped.code, file=sys.stderr)         # sys.exit("message"): printed, status 1
+    return 1
 
 
 def main(argv: list | None = None) -> int:

@@ -54,9 +54,13 @@ def available() -> dict:
 
 
 def set_device(device: str, target: str | None = None, *, redirect: bool = False) -> DeviceState:
-    """Make ``device`` the one that new tensors and modules land on. Returns the new state."""
-    from backend.device import cuda_emulation
-    from backend.device.neuron_module import get_target, set_target
+    """Make ``device`` the one that new tensors and modules land on. Returns the new state.
+
+    The switch is atomic: if it fails or is interrupted (Ctrl-C) part-way, torch is put back
+    as it was (CUDA emulation, default device, NeuronCore target) before the error propagates.
+    """
+    from backend.device.neuron_module import get_target
+    from backend.sim.presets import get_target as neuron_preset
 
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
@@ -64,33 +68,57 @@ def set_device(device: str, target: str | None = None, *, redirect: bool = False
         raise ValueError("the cpu device takes no target")
     if redirect and device != "cuda":
         raise ValueError("redirect applies to cuda only (CUDA-written code run on neuron)")
+    neuron_config = get_target()
     if device == "neuron":
-        config = set_target(target or DEFAULT_NEURON_TARGET)      # validates before anything changes
-        target = config.name
+        neuron_config = neuron_preset(target or DEFAULT_NEURON_TARGET)   # validates before anything changes
+        target = neuron_config.name
     elif device == "cuda":
         from backend.sim.gpu import get_gpu
 
         target = get_gpu(target or DEFAULT_GPU_TARGET).name
+    return _switch(DeviceState(device, target, redirect), neuron_config)
+
+
+def _switch(state: DeviceState, neuron_config) -> DeviceState:
+    """Put torch in ``state`` with ``neuron_config`` selected, or back where it was on any error."""
+    from backend.device.neuron_module import get_target
+
+    previous = (active_device(), get_target())
+    try:
+        _apply(state, neuron_config)
+    except BaseException:
+        _apply(*previous)
+        raise
+    return state
+
+
+def _apply(state: DeviceState, neuron_config) -> None:
+    from backend.device import cuda_emulation
+    from backend.device.neuron_module import get_target, set_target
+
     if cuda_emulation.is_enabled():
         cuda_emulation.disable()
-    if device == "cuda":
-        if redirect:
-            set_target(get_target())
-        cuda_emulation.enable(target, redirect=redirect)
-    torch.set_default_device(None if device == "cpu" else f"{device}:0")
-    _state["current"] = DeviceState(device, target, redirect)
-    return _state["current"]
+    # Select the NeuronCore before emulation starts: selecting it later reconfigures its pools.
+    if state.device == "neuron" or state.redirect or get_target() is not neuron_config:
+        set_target(neuron_config)
+    if state.device == "cuda":
+        cuda_emulation.enable(state.target, redirect=state.redirect)
+    torch.set_default_device(None if state.device == "cpu" else f"{state.device}:0")
+    _state["current"] = state
 
 
 @contextlib.contextmanager
 def use_device(device: str, target: str | None = None, *, redirect: bool = False):
-    """``with use_device("neuron", "trn1"):`` run a block on a device, then restore the previous one."""
-    previous = active_device()
+    """``with use_device("neuron", "trn1"):`` run a block on a device, then restore the previous
+    one and the previously selected NeuronCore target (also when the block raises)."""
+    from backend.device.neuron_module import get_target
+
+    previous = (active_device(), get_target())
     state = set_device(device, target, redirect=redirect)
     try:
         yield state
     finally:
-        set_device(previous.device, previous.target, redirect=previous.redirect)
+        _switch(*previous)
 
 
 def move(namespace: dict, names, device: str | torch.device | None = None) -> list[str]:

@@ -3,10 +3,13 @@
 Layout of the file (Trace Event Format, JSON object form):
 - pid 1 is the simulated device: one thread (tid) per engine and DMA queue, "X" events that
   never partially overlap on a track, and counter ("C") tracks for engine utilisation and bytes;
-- pid 2 holds the ops/kernels as "X" spans, in as many lanes as overlapping ops need;
-- top-level ``deviceProperties`` and ``distributedInfo`` so Perfetto and Holistic Trace Analysis
-  accept it, and a ``workbench`` key with the header, op records, summary and compiled graphs so
-  ``load_trace`` re-creates the Profile.
+  its events are "kernel"s the way Kineto writes GPU kernels (``args.stream`` = the engine
+  track, ``args.correlation`` = the op they belong to), so Holistic Trace Analysis reads them;
+- pid 2 holds the ops/kernels as "X" spans, in as many lanes as overlapping ops need, each with
+  the ``correlation`` id of its instructions;
+- top-level ``deviceProperties``, ``schemaVersion`` and ``distributedInfo`` (rank, world_size,
+  backend) so Perfetto and Holistic Trace Analysis accept it, and a ``workbench`` key with the
+  header, op records, summary and compiled graphs so ``load_trace`` re-creates the Profile.
 
 Instruction events beyond ``max_events`` are merged (see ``workbench.aggregate``) so files stay
 small; ``full=True`` writes every kept instruction.
@@ -24,7 +27,7 @@ from backend.sim.trace import engine_class
 from workbench.aggregate import aggregate_events, busy_per_bin
 from workbench.presenters import presenter
 from workbench.profiles import Profile
-from workbench.records import json_safe, trace_from_parts, trace_header
+from workbench.records import OP_COLUMNS, check_columns, json_safe, trace_from_parts, trace_header
 
 __all__ = ["export_chrome_trace", "chrome_trace_dict", "load_trace", "DEFAULT_MAX_EVENTS", "FORMAT"]
 
@@ -69,15 +72,22 @@ def _instruction_events(profile, agg, tids: dict, names: np.ndarray) -> list:
                 ts, te, rows["opcode"], rows["op_index"], rows["op_last"], rows["count"], rows["busy_ns"],
                 rows["bytes_moved"], rows["flops"]):
             name = code if count == 1 or op != last else str(names[op]) if op < len(names) else code
+            # stream/correlation as Kineto writes kernels: HTA links each to its op's span.
             args = {"opcode": code, "op_index": int(op), "op": str(names[op]) if op < len(names) else "",
-                    "bytes": int(nbytes), "flops": int(flops)}
+                    "bytes": int(nbytes), "flops": int(flops), "engine_class": cls, "device": 0,
+                    "stream": tids[engine], "correlation": _correlation(op)}
             if count > 1:
                 args.update(op_last=int(last), instructions=int(count), busy_ns=float(busy))
-            out.append({"ph": "X", "name": name, "cat": cls, "pid": DEVICE_PID, "tid": tids[engine],
+            out.append({"ph": "X", "name": name, "cat": "kernel", "pid": DEVICE_PID, "tid": tids[engine],
                         "ts": float(t0), "dur": float(t1 - t0), "args": args})
     if clipped:
         log.warning("clipped %d instruction events that overlapped on their track", clipped)
     return out
+
+
+def _correlation(op_index) -> int:
+    """Correlation id of an op and its instructions (HTA reads ids <= 0 as "no link")."""
+    return int(op_index) + 1
 
 
 def _op_events(ops) -> tuple[list, int]:
@@ -93,6 +103,7 @@ def _op_events(ops) -> tuple[list, int]:
         ts, te = _us([start, end])
         args = json_safe({k: rec.get(k) for k in ("op_index", "kind", "input_shapes", "output_shapes", "source",
                                                   "flops", "hbm_bytes", "instruction_count")})
+        args["correlation"] = _correlation(rec["op_index"])
         out.append({"ph": "X", "name": rec["name"], "cat": rec["kind"], "pid": OPS_PID, "tid": lane + 1,
                     "ts": float(ts), "dur": float(te - ts), "args": args})
     return out, len(lanes_end)
@@ -157,7 +168,8 @@ def chrome_trace_dict(profile, *, max_events: int | None = None, full: bool = Fa
         "deviceProperties": [{"id": 0, "name": device, "target": trace.target, "device_kind": trace.device_kind,
                               "peak_flops_per_s": trace.peak_flops_per_s,
                               "hbm_bytes_per_s": trace.hbm_bytes_per_s, "engines": engines}],
-        "distributedInfo": {"rank": 0},
+        "schemaVersion": 1,
+        "distributedInfo": {"rank": 0, "world_size": 1, "backend": "neuron"},
         "workbench": {
             "format": FORMAT, "version": 1, "trace": trace_header(trace),
             "ops": _columnar(trace.to_records()), "summary": json_safe(profile.summary),
@@ -217,6 +229,7 @@ def load_trace(path):
         rows = [(ev["ts"] * 1000.0, (ev["ts"] + ev["dur"]) * 1000.0, tid_engine[ev["tid"]], ev["args"]["opcode"],
                  ev["args"]["op_index"], ev["args"].get("bytes", 0), ev["args"].get("flops", 0))
                 for ev in data["traceEvents"] if ev.get("ph") == "X" and ev.get("pid") == DEVICE_PID]
+        check_columns(wb["ops"]["columns"], OP_COLUMNS, f"{path} (workbench.ops)")
         trace = trace_from_parts(wb["trace"], _records(wb["ops"]), rows)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: workbench trace is damaged ({type(exc).__name__}: {exc})") from exc

@@ -10,7 +10,11 @@ from dataclasses import MISSING, fields
 
 from backend.sim.trace import InstructionEvent, OpSummary, Trace
 
-__all__ = ["trace_header", "op_from_record", "trace_from_parts", "json_safe"]
+__all__ = ["trace_header", "op_from_record", "trace_from_parts", "json_safe", "check_columns",
+           "OP_COLUMNS"]
+
+# Columns without which op records cannot be read back.
+OP_COLUMNS = ("op_index", "name", "kind", "start_ns", "end_ns")
 
 # Dict fields of OpSummary flatten into one column per engine class with these suffixes.
 _DICT_SUFFIXES = {"busy_ns": "_busy_ns", "instruction_counts": "_instructions"}
@@ -21,8 +25,16 @@ def trace_header(trace: Trace) -> dict:
     return {"target": trace.target, "device_kind": trace.device_kind,
             "peak_flops_per_s": trace.peak_flops_per_s, "hbm_bytes_per_s": trace.hbm_bytes_per_s,
             "engines": list(trace.engines), "max_events": trace.max_events,
-            "events_dropped": trace.events_dropped,
+            "events_dropped": trace.events_dropped, "ops_folded": trace.ops_folded,
             "hbm_timeline": [[float(t), int(b)] for t, b in trace.hbm_timeline]}
+
+
+def check_columns(columns, required, where) -> None:
+    """Raise ValueError naming ``where`` and the ``required`` columns that ``columns`` lacks."""
+    missing = [c for c in required if c not in set(columns)]
+    if missing:
+        raise ValueError(f"{where}: missing column(s) {', '.join(missing)} (found: {', '.join(map(str, columns))}); "
+                         "not a table written by the workbench, or a damaged one")
 
 
 def _missing(value) -> bool:
@@ -38,7 +50,9 @@ def _field_value(f, rec: dict):
     """Read dataclass field ``f`` back from a record, by its annotation (the schema may grow)."""
     if f.name in _DICT_SUFFIXES:
         return _column_dict(rec, _DICT_SUFFIXES[f.name], float if f.name == "busy_ns" else int)
-    value = rec.get(f.name)
+    if f.name not in rec:          # a column older files lack: the field's own default
+        return f.default if f.default is not MISSING else f.default_factory()
+    value = rec[f.name]
     if f.name == "nodes":
         return tuple(n for n in str(value).split(",") if n) if not _missing(value) else ()
     kind = str(f.type)
@@ -68,6 +82,7 @@ def trace_from_parts(header: dict, op_records, event_rows) -> Trace:
                   max_events=max(int(header.get("max_events") or 0), len(events)),
                   engines=tuple(header.get("engines") or ()),
                   events_dropped=int(header.get("events_dropped") or 0),
+                  ops_folded=int(header.get("ops_folded") or 0),
                   hbm_timeline=[(float(t), int(b)) for t, b in header.get("hbm_timeline") or ()])
     trace.ops = [op_from_record(rec) for rec in op_records]
     trace.events = events

@@ -5,8 +5,8 @@
     prof = wb.profile(fn, x, device="cuda")   # runs fn(x); prof.result is its return value
 
 A session sink (the NeuronCore ``EagerSession`` or the GPU ``GpuSession``) is subscribed to the
-device's op stream with ``backend.recording.recording``; compiled graphs registered by
-the compile layer while the block ran are attached to the Profile.
+device's op stream with ``backend.recording.recording``; compiled graphs that ran in the block
+(or were compiled during it) are attached to the Profile.
 """
 from __future__ import annotations
 
@@ -68,6 +68,7 @@ class _Sampler:
         self.sink, self.device, self.on_op = sink, device, on_op
         self.count = 0
         self.samples: list = []
+        self.kernel_records: dict = {}     # id -> records of each compiled kernel that ran
 
     def feed(self, record) -> None:
         from backend.device.memory import memory_for
@@ -85,6 +86,7 @@ class _Sampler:
             self.on_op(self.count)
 
     def feed_kernel(self, name, records, internal_bytes_saved=0, nodes=(), source=None) -> None:
+        self.kernel_records.setdefault(id(records), records)
         self.feed(None)
 
 
@@ -125,6 +127,13 @@ class ProfileSession:
         self._start = time.perf_counter()
         return self.profile
 
+    def _graphs(self) -> list:
+        """Graphs compiled during the block and graphs whose kernels ran in it (a model
+        compiled by a warm-up call before the block runs graphs compiled earlier)."""
+        ran = list(self.sampler.kernel_records.values())
+        return [g for i, g in enumerate(compiled_graphs())
+                if i >= self._graphs_before or (ran and g.ran(ran))]
+
     def __exit__(self, exc_type, exc, tb) -> bool:
         wall = time.perf_counter() - self._start
         self._stack.close()
@@ -132,7 +141,7 @@ class ProfileSession:
             import backend.device as device_layer
             device_layer.set_target(self._previous_target)
         self.profile.meta["wall_time_s"] = wall
-        graphs = compiled_graphs()[self._graphs_before:]
+        graphs = self._graphs()
         trace = self.sink.trace
         if not trace.hbm_timeline:      # the simulator did not track allocations itself
             trace.hbm_timeline = list(self.sampler.samples)

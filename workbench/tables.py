@@ -13,7 +13,7 @@ import pandas as pd
 
 from workbench.presenters import presenter
 from workbench.profiles import EVENT_COLUMNS, Profile
-from workbench.records import json_safe, trace_from_parts, trace_header
+from workbench.records import OP_COLUMNS, check_columns, json_safe, trace_from_parts, trace_header
 
 __all__ = ["write_tables", "load_tables", "TABLE_FORMATS"]
 
@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 TABLE_FORMATS = ("csv", "parquet")
 _META_FILE = "profile.json"
+_EVENT_ROW_COLUMNS = [c for c in EVENT_COLUMNS if c != "duration_ns"]   # duration is derived
 
 
 @presenter("profile.write_tables")
@@ -44,11 +45,13 @@ def write_tables(profile, directory, *, fmt: str = "csv") -> Path:
     return directory
 
 
-def _read(directory: Path, name: str, fmt: str) -> pd.DataFrame:
+def _read(directory: Path, name: str, fmt: str, required=()) -> pd.DataFrame:
     path = directory / f"{name}.{fmt}"
     if not path.exists():
         raise ValueError(f"{directory}: missing {path.name}; not a complete workbench table folder")
-    return pd.read_csv(path, keep_default_na=False, na_values=[""]) if fmt == "csv" else pd.read_parquet(path)
+    frame = pd.read_csv(path, keep_default_na=False, na_values=[""]) if fmt == "csv" else pd.read_parquet(path)
+    check_columns(list(frame.columns), required, path)
+    return frame
 
 
 def load_tables(directory):
@@ -60,9 +63,9 @@ def load_tables(directory):
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         fmt = meta.get("format", "csv")
-        ops = _read(directory, "ops", fmt)
-        events = _read(directory, "instructions", fmt)
-        rows = events.loc[:, [c for c in EVENT_COLUMNS if c != "duration_ns"]].itertuples(index=False, name=None)
+        ops = _read(directory, "ops", fmt, OP_COLUMNS)
+        events = _read(directory, "instructions", fmt, _EVENT_ROW_COLUMNS)
+        rows = events.loc[:, _EVENT_ROW_COLUMNS].itertuples(index=False, name=None)
         trace = trace_from_parts(meta["trace"], ops.to_dict("records"), rows)
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{directory}: damaged workbench table folder ({type(exc).__name__}: {exc})") from exc

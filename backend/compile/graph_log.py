@@ -32,6 +32,9 @@ class CompiledPartInfo:
     _kernels: list = field(default_factory=list)  # KernelSpec, once shapes are known
     _costs: dict | None = None
     target: str = ""
+    # id -> records of every kernel built for this part (all shapes), kept alive so ids stay
+    # unique: a sink fed a kernel's records can tell which graph ran (``built``).
+    _built: dict = field(default_factory=dict)
 
     @property
     def kernels(self) -> list:
@@ -40,6 +43,11 @@ class CompiledPartInfo:
     @kernels.setter
     def kernels(self, kernels: list) -> None:
         self._kernels, self._costs = kernels, None
+        self._built.update((id(k.records), k.records) for k in kernels)
+
+    def built(self, records) -> bool:
+        """Whether ``records`` (a kernel's record list, as sinks are fed it) is one of this part's kernels."""
+        return self._built.get(id(records)) is records
 
     @property
     def costs(self) -> dict:
@@ -122,6 +130,10 @@ class CompiledGraphInfo:
     def fusion_groups(self) -> dict:
         """Kernel name -> node names over all parts (part-qualified names)."""
         return {f"{p.part}.{k}": v for p in self.parts.values() for k, v in p.fusion_groups.items()}
+
+    def ran(self, kernel_records) -> bool:
+        """Whether any of ``kernel_records`` (record lists sinks were fed) came from this graph."""
+        return any(p.built(r) for p in self.parts.values() for r in kernel_records)
 
     def kernel_costs(self) -> list[KernelCost]:
         return [c for p in self.parts.values() for c in p.costs.values()]

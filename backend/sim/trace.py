@@ -75,9 +75,11 @@ class OpSummary:
     spill_bytes: int = 0            # fused-kernel intermediates that went to HBM and back
     launch_overhead_ns: float = 0.0
     count: int = 1                  # ops this row stands for (>1 once a long run is aggregated)
+    folded_time_ns: float = 0.0     # folded rows: their ops' times summed (the span has gaps)
 
     def absorb(self, other: "OpSummary") -> None:
         """Fold another op of the same name into this row (long runs stay bounded)."""
+        self.folded_time_ns = self.time_ns + other.time_ns
         self.start_ns = min(self.start_ns, other.start_ns)
         self.end_ns = max(self.end_ns, other.end_ns)
         for name in _SUMMED_FIELDS:
@@ -90,7 +92,8 @@ class OpSummary:
 
     @property
     def time_ns(self) -> float:
-        return self.end_ns - self.start_ns
+        """The op's duration; for a folded row the sum of its ops' durations, not their span."""
+        return self.folded_time_ns if self.count > 1 else self.end_ns - self.start_ns
 
     @property
     def hbm_bytes(self) -> int:

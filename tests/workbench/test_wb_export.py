@@ -18,7 +18,7 @@ EPS_US = 1e-6
 def validate_chrome_trace(data: dict) -> dict:
     """Assert the structure Perfetto/HTA need; returns {(pid, tid): thread name}."""
     assert isinstance(data["traceEvents"], list)
-    assert data["distributedInfo"] == {"rank": 0}
+    assert data["distributedInfo"] == {"rank": 0, "world_size": 1, "backend": "neuron"}
     assert isinstance(data["deviceProperties"], list) and data["deviceProperties"]
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in data["traceEvents"]
              if e["ph"] == "M" and e["name"] == "thread_name"}

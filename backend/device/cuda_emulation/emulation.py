@@ -71,22 +71,25 @@ def enable(preset=DEFAULT_GPU_TARGET, redirect: bool = False, session=None) -> E
         device = EmulatedDevice(preset, redirect, session)
         backing = torch.device("neuron", 0)
         patcher = Patcher()
-        try:
+        try:   # all or nothing, Ctrl-C included: a half-applied emulation is never left behind
             _apply(patcher, device, backing)
+            set_active(device)
+            PATCHES.patcher = patcher
         except BaseException:
+            set_active(None)
+            PATCHES.patcher = None
             patcher.restore()
             raise
-        set_active(device)
-        PATCHES.patcher = patcher
         log.info("CUDA emulation on: %s (%d patches)", device.name, len(patcher))
         return device
 
 
 def _apply(patcher: Patcher, device: EmulatedDevice, backing: torch.device) -> None:
-    guard.install()
+    # Each undo is registered before its step (both undos are no-ops if the step never ran).
     patcher.on_restore("c10 CUDA device guard", guard.uninstall)
-    register_factories("CUDA")
+    guard.install()
     patcher.on_restore("aten CUDA allocators", lambda: unregister_factories("CUDA"))
+    register_factories("CUDA")
     patcher.add(recording.SIMULATED_DEVICE_TYPES, "cuda", "SIMULATED_DEVICE_TYPES")
     # Wrappers are counted in the books of the device type they were made for (allocations
     # inside C++ name the backing device), so both names must find the emulated device's
@@ -100,7 +103,7 @@ def _apply(patcher: Patcher, device: EmulatedDevice, backing: torch.device) -> N
     compile_routing.install(patcher)
     if device.session is not None:
         stack = contextlib.ExitStack()
-        stack.enter_context(recording.recording(device.session))
+        stack.enter_context(recording.recording(device.session, all_threads=True))  # the device clock
         patcher.on_restore("recording sink", stack.close)
 
 
