@@ -31,7 +31,8 @@ __all__ = ["recording", "active_sinks", "suspended", "make_record", "emit", "ten
 
 _SCALARS = (int, float, bool, str, type(None))
 # Ops whose schema does not say "view" but which only re-describe existing memory.
-ZERO_COPY_OPS = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "aten::_reshape_alias"})
+ZERO_COPY_OPS = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "aten::_reshape_alias", "aten::as_strided_",
+                           "aten::squeeze_", "aten::unsqueeze_", "aten::t_", "aten::transpose_", "aten::swapdims_"})
 SIMULATED_DEVICE_TYPES = {"neuron"}   # "cuda" joins while CUDA emulation is on
 
 
