@@ -34,7 +34,8 @@ __all__ = ["recording", "active_sinks", "SinkEntry", "op_origin", "suspended", "
 
 _SCALARS = (int, float, bool, str, type(None))
 # Ops whose schema does not say "view" but which only re-describe existing memory.
-ZERO_COPY_OPS = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "aten::_reshape_alias"})
+ZERO_COPY_OPS = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "aten::_reshape_alias", "aten::as_strided_",
+                           "aten::squeeze_", "aten::unsqueeze_", "aten::t_", "aten::transpose_", "aten::swapdims_"})
 SIMULATED_DEVICE_TYPES = {"neuron"}   # "cuda" joins while CUDA emulation is on
 # Key of the recording thread's id in torch's thread-local Python objects: the autograd engine
 # copies those into the device worker thread that runs a backward pass, so ops of a backward

@@ -29,6 +29,8 @@ def register() -> None:
 
     from . import autocast, neuron_module
     from .factories import register_factories
+    from .generator import install_generator
+    from .pinned import register_pinned_memory
 
     current = torch._C._get_privateuse1_backend_name()
     if current not in ("privateuseone", DEVICE_NAME):
@@ -43,4 +45,6 @@ def register() -> None:
     sys.modules.setdefault(f"torch.{DEVICE_NAME}", neuron_module)
     register_factories("PrivateUse1")
     autocast.register(DEVICE_NAME)
+    install_generator()
+    register_pinned_memory()
     _done = True

@@ -5,13 +5,15 @@ so ``torch.load`` decides where it lands: ``map_location="cpu"`` gives CPU tenso
 "neuron") gives device tensors. PyTorch's own PrivateUse1 deserializer would copy the storage
 through a device allocator this Python backend does not have (a segfault), and a wrapper's
 placeholder storage refuses ``data_ptr()`` (which torch.load reads), so a device location is
-restored as the host storage plus a note of the device; the rebuild step moves it there.
-Limit: a file saved from plain CPU tensors rebuilds through PyTorch's own ``_rebuild_tensor_v2``,
-which this backend cannot intercept, so ``map_location="neuron"`` leaves those on the CPU;
-call ``.to("neuron")`` after loading.
+restored as the host storage plus a note of the device. Every tensor PyTorch rebuilds over such
+a storage (``torch._utils._rebuild_tensor_v2``, wrapped here, is what a file of CPU tensors
+names, and what the host copy of a device tensor is rebuilt with) is then moved there: the
+storage is moved once and each tensor becomes a view of it, so tensors that shared a storage
+in the file share one on the device.
 """
 from __future__ import annotations
 
+import functools
 import re
 import weakref
 
@@ -22,6 +24,7 @@ __all__ = ["register_serialization", "mark_for_saving", "device_restored_for", "
 SIMULATED_LOCATION = re.compile(r"^(neuron|cuda)(:\d+)?$")
 _saving: dict = {}      # data_ptr of a host storage being saved -> device
 _restored: dict = {}    # data_ptr of a host storage just loaded -> device it was mapped to
+_moved: dict = {}       # (data_ptr, dtype) of such a storage -> the whole storage on its device
 _done = False
 
 
@@ -35,7 +38,33 @@ def mark_for_saving(host: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 def device_restored_for(host: torch.Tensor) -> torch.device | None:
     """The device torch.load mapped ``host``'s storage to, if it is a simulated one."""
-    return _restored.pop(host.untyped_storage().data_ptr(), None) if _restored else None
+    if not _restored or host.device.type != "cpu":
+        return None
+    return _restored.get(host.untyped_storage().data_ptr())
+
+
+def _on_restored_device(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` (just rebuilt on the host) on the device its storage was mapped to."""
+    device = device_restored_for(tensor)
+    if device is None:
+        return tensor
+    storage = tensor.untyped_storage()
+    key = (storage.data_ptr(), tensor.dtype)
+    whole = _moved.get(key)
+    if whole is None:
+        flat = torch.empty(0, dtype=tensor.dtype).set_(storage)
+        whole = _moved[key] = flat.to(device)
+    moved = whole.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())
+    return moved.requires_grad_(tensor.requires_grad)
+
+
+def _wrap_rebuild(rebuild):
+    @functools.wraps(rebuild)   # same module and name: pickles and allow-lists as PyTorch's own
+    def rebuild_on_restored_device(*args, **kwargs):
+        return _on_restored_device(rebuild(*args, **kwargs))
+
+    rebuild_on_restored_device.__wrapped_for_devices__ = True
+    return rebuild_on_restored_device
 
 
 def _tag(storage):
@@ -53,8 +82,14 @@ def _restore(storage, location: str):
     host = storage if storage.device.type == "cpu" else storage.cpu()
     key = host.data_ptr()
     _restored[key] = device if device.index is not None else torch.device(device.type, 0)
-    weakref.finalize(host, _restored.pop, key, None)   # never outlive the storage it describes
+    weakref.finalize(host, _forget, key)   # never outlive the storage it describes
     return host
+
+
+def _forget(key: int) -> None:
+    _restored.pop(key, None)
+    for moved in [k for k in _moved if k[0] == key]:
+        del _moved[moved]
 
 
 def register_serialization() -> None:
@@ -63,4 +98,6 @@ def register_serialization() -> None:
     if not _done:
         # Before the CPU tagger (10) and the PrivateUse1 deserializer (23).
         torch.serialization.register_package(5, _tag, _restore)
+        if not getattr(torch._utils._rebuild_tensor_v2, "__wrapped_for_devices__", False):
+            torch._utils._rebuild_tensor_v2 = _wrap_rebuild(torch._utils._rebuild_tensor_v2)
         _done = True

@@ -70,7 +70,7 @@ class DeviceTensor(torch.Tensor):
         # Serialize the host values plus the device string, never the (empty) wrapper storage.
         # The host copy's storage is tagged with the device, so torch.load's map_location applies.
         host = mark_for_saving(self._inner.detach().clone(), self.device)
-        return (_rebuild_tagged_tensor, (host, self.requires_grad))
+        return (_rebuild_tagged_tensor, (host, self.requires_grad, getattr(self, "_is_param", False)))
 
 
 def carry_math_bits(wrapper: DeviceTensor) -> DeviceTensor:
@@ -93,10 +93,12 @@ def _rebuild_device_tensor(host: torch.Tensor, device: str, requires_grad: bool 
     return host.to(device).requires_grad_(requires_grad)
 
 
-def _rebuild_tagged_tensor(tensor: torch.Tensor, requires_grad: bool = False):
+def _rebuild_tagged_tensor(tensor: torch.Tensor, requires_grad: bool = False, is_param: bool = False):
     device = device_restored_for(tensor)
     if device is not None:
         tensor = tensor.to(device)
+    if is_param:   # a device nn.Parameter pickles through here, not through Parameter's reduce
+        return torch.nn.Parameter(tensor, requires_grad)
     return tensor.requires_grad_(requires_grad)
 
 

@@ -81,6 +81,26 @@ def _copy(ctx: OpContext) -> None:
     copy_tensor(ctx, 0, ctx.inputs[0], ctx.outputs[0] if ctx.outputs else ctx.inputs[0])
 
 
+@lowering("aten::as_strided_copy")
+def _strided_copy(ctx: OpContext) -> None:
+    """Gather the strided view of the input into a contiguous output (runs follow its strides)."""
+    src, out = ctx.inputs[0], ctx.outputs[0]
+    strides = ctx.attrs.get("stride")
+    copy_tensor(ctx, 0, TensorDesc(out.shape, src.dtype, tuple(strides) if strides else None), out)
+
+
+@lowering("aten::as_strided_scatter", "aten::slice_scatter", "aten::select_scatter", "aten::diagonal_scatter")
+def _scatter_into_view(ctx: OpContext) -> None:
+    """The input copied to the output, then ``src`` DMA'd over its view of the output."""
+    base, src, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    copy_tensor(ctx, 0, base, out)
+    if src.numel:
+        after_copy = ctx.out_ready[0] if ctx.out_ready and ctx.out_ready[0] else ()
+        write = ctx.builder.dma(src.nbytes, src="hbm", dst="hbm", row_bytes=max(src.itemsize, src.shape[-1] * src.itemsize if src.shape else 0),
+                                deps=(*ctx.ready_deps(1), *after_copy[-1:]))
+        ctx.set_ready(0, [write])
+
+
 @lowering("aten::copy_", "aten::_copy_from_and_resize")
 def _copy_into(ctx: OpContext) -> None:
     # copy_(self, src): the source is the second argument; self is overwritten, not read.

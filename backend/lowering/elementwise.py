@@ -41,7 +41,8 @@ UNARY_ALU_OPS = ("neg", "neg_", "abs", "abs_", "sign", "sgn", "floor", "ceil", "
 ACTIVATIONS = ("exp", "exp_", "exp2", "expm1", "log", "log_", "log2", "log10", "log1p", "tanh", "tanh_",
                "sigmoid", "sigmoid_", "gelu", "gelu_", "silu", "silu_", "mish", "relu", "relu_", "sqrt",
                "sqrt_", "rsqrt", "rsqrt_", "sin", "cos", "tan", "erf", "erfc", "erfinv", "softplus", "elu",
-               "elu_", "selu", "celu", "leaky_relu", "leaky_relu_", "hardswish", "hardsigmoid", "atan",
+               "elu_", "selu", "selu_", "celu", "celu_", "leaky_relu", "leaky_relu_", "hardswish", "hardswish_",
+               "hardsigmoid", "hardsigmoid_", "mish_", "atan",
                "asin", "acos", "sinh", "cosh", "logit", "lgamma", "digamma")
 # derivative on ScalarE, then a multiply by the incoming gradient on VectorE
 ACTIVATION_BACKWARD = ("gelu_backward", "silu_backward", "mish_backward", "elu_backward",

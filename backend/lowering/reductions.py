@@ -13,6 +13,7 @@ from dataclasses import replace
 from math import ceil, prod
 
 from backend.lowering.builder import OpContext
+from backend.lowering.data import zero_fill
 from backend.lowering.matmul import gemm
 from backend.lowering.registry import lowering
 from backend.lowering.stream import TileIO, scalar_stage, stream, vector_stage
@@ -78,6 +79,11 @@ def _rows_width(t: TensorDesc, dim: int = -1) -> tuple[int, int]:
 def _reduce(ctx: OpContext) -> None:
     x = ctx.inputs[0]
     if x.numel == 0:
+        # Nothing to read: the outputs are the reduction's identity (0 for a sum, nan for a
+        # mean), one memset broadcast to HBM each.
+        for k, out in enumerate(ctx.outputs):
+            if out.numel:
+                ctx.set_ready(k, [zero_fill(ctx, out)])
         return
     dims = reduced_dims(x, ctx.attrs)
     rank = len(x.shape)

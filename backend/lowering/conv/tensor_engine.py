@@ -151,20 +151,25 @@ def _kernel_gradient(ctx: OpContext, kg: KernelGradient, g_pack: int, window_blo
     copies = copy_ch / big_rows
     big_per_pixel = prod(kg.big_spatial) / prod(kg.small_spatial)     # input positions per output one
     per_tile = (m * rows * small.itemsize, copy_ch * rows * big_per_pixel * big.itemsize + halo / band)
+    staging = 2 * rows * staged * itemsize(dtype)
+    band, pieces = _fit_bands(t.sbuf_usable_bytes - staging, band, per_tile)
     trs: list[int] = []
     pending: tuple = ()
     sizes = split_even(tiles, MAX_BLOCK_GROUPS)
     for g, r in enumerate(sizes):
         war = (trs[g - 2],) if g >= 2 else ()         # double-buffered bands
         loads: tuple = ()
-        for index, nbytes, ch, replicas in zip((kg.small, kg.big), per_tile, (m, copy_ch), (1, copies)):
-            nbytes, parts = ceil(nbytes * min(r, band)), min(ch, t.partitions)
+        for index, nbytes, ch, replicas, split in zip((kg.small, kg.big), per_tile, (m, copy_ch), (1, copies),
+                                                      (1, pieces)):
+            # The windows of a tile too big for SBUF come in ``pieces``; grad_out's tile is read
+            # again for each piece (the spill: HBM traffic the on-chip plan could not avoid).
+            nbytes, parts = ceil(nbytes * min(r, band) / split), min(ch, t.partitions)
             ready = ctx.ready_deps(index, g, len(sizes))
             if ready and replicas > 1:      # a fused producer left it in SBUF: replicate it there
                 ready = (b.dma(ceil(nbytes * (1 - 1 / replicas)), src="sbuf", dst="sbuf", partitions=parts,
-                               row_bytes=ceil(nbytes / parts), deps=ready, repeat=ceil(r / band)),)
+                               row_bytes=ceil(nbytes / parts), deps=ready, repeat=ceil(r / band) * split),)
             loads += ready or (b.dma(nbytes, src="hbm", dst="sbuf", partitions=parts, row_bytes=ceil(nbytes / parts),
-                                     deps=war, repeat=ceil(r / band), src_bytes=ceil(nbytes / replicas)),)
+                                     deps=war, repeat=ceil(r / band) * pieces, src_bytes=ceil(nbytes / replicas)),)
         tr = loads
         for count, ch in zip(blocks, (m, copy_ch)):
             tr = (b.matmul(k=min(ch, t.partitions), m=rows, n=min(ch, t.partitions), dtype=dtype, deps=tr,
@@ -184,8 +189,22 @@ def _kernel_gradient(ctx: OpContext, kg: KernelGradient, g_pack: int, window_blo
         b.dma(stored, src="sbuf", dst="hbm", partitions=min(m, t.partitions), deps=(evac,),
               row_bytes=kg.big_ch * kg.taps * out.itemsize)
     ctx.set_ready(kg.out, (evac,))
-    b.note_sbuf(2 * band * sum(per_tile) + 2 * rows * staged * itemsize(dtype))
+    b.note_sbuf(2 * band * (per_tile[0] + per_tile[1] / pieces) + staging)
     b.note_psum(min(t.psum_banks, m_chunks * n_chunks + 2) * t.partitions * t.psum_bank_bytes)
+
+
+def _fit_bands(room: float, band: int, per_tile: tuple) -> tuple[int, int]:
+    """(tiles per band, pieces per tile's windows) whose double-buffered loads fit ``room`` bytes.
+
+    Bands shrink first (more, smaller DMAs); a single tile that still overflows streams its
+    input windows in pieces, as the compiler splits a free dimension that does not fit."""
+    need = 2 * sum(per_tile)
+    if band * need <= room:
+        return band, 1
+    if need <= room:
+        return max(1, int(room // need)), 1
+    windows_room = max(room - 2 * per_tile[0], room / 4)
+    return 1, ceil(2 * per_tile[1] / windows_room)
 
 
 def _accumulate(b, t, copies: tuple, tiles: int, rows: int, m: int, n: int, dtype: str) -> int:
