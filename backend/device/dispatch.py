@@ -11,7 +11,7 @@ import torch
 from backend import recording
 from backend.recording import SIMULATED_DEVICE_TYPES, STREAM as _STREAM
 
-from . import numerics
+from . import numerics, timing_only
 from .device_module import reported_device
 from .tensor import DeviceTensor, carry_math_bits, wrap
 
@@ -25,7 +25,6 @@ CROSS_DEVICE_OPS = frozenset({
     aten._copy_from_and_resize.default, aten.index.Tensor, aten.index_put_.default,
     aten.index_put.default, aten._index_put_impl_.default, aten.lift_fresh.default,
 })
-_HOST = torch.device("cpu")
 _MUTATES: dict = {}                   # op -> whether it may return one of its arguments
 
 
@@ -113,9 +112,15 @@ def _dispatch_general(func, args, kwargs):
     for key, value in kwargs.items():
         if key == "device" and value is not None:
             target = reported_device(torch.device(value))
-            host_kwargs[key] = _HOST if target.type in SIMULATED_DEVICE_TYPES else target
         else:
             host_kwargs[key] = unwrap(value)
+    if target is not None:
+        if target.type in SIMULATED_DEVICE_TYPES:
+            host_kwargs["device"] = timing_only.host_device(state.inputs)
+        elif timing_only.has_data_free(state.inputs):
+            raise timing_only.no_values_error(f"copying a {state.device} tensor to {target} (.cpu(), .to())")
+        else:
+            host_kwargs["device"] = target
     if state.host_tensor is not None and func not in CROSS_DEVICE_OPS:
         _raise_mixed(state.device, state.host_tensor.device)
     return _execute(func, args, kwargs, host_args, host_kwargs, state.device, target, state.inputs)
@@ -133,13 +138,19 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
             out = numerics.maybe_autocast(func, host_args, host_kwargs)
         if out is None:
             out = func(*host_args, **host_kwargs)
-    except NotImplementedError:
+    except NotImplementedError as exc:
         # No host kernel (e.g. fused RNN cells PyTorch picks for accelerators): run the op's
         # decomposition on the device tensors, so its pieces are executed and recorded.
         decomposition = _decomposition(func)
+        if _reads_data_free(host_args, host_kwargs):
+            timing_only.check_decomposable(func, decomposition, exc)
         if decomposition is None:
             raise
         return decomposition(*args, **kwargs)
+    except RuntimeError as exc:
+        if not _reads_data_free(host_args, host_kwargs):
+            raise
+        out = timing_only.rerun_data_free(func, host_args, host_kwargs, exc)
 
     if target is not None:
         device = target if target.type in SIMULATED_DEVICE_TYPES else None
@@ -169,6 +180,10 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
             recording.emit(func, args, kwargs, inputs, host_outputs,
                            transfer=_transfer_kind(func, args, device))
     return wrapped
+
+
+def _reads_data_free(host_args, host_kwargs) -> bool:
+    return timing_only.has_data_free(host_args) or timing_only.has_data_free(host_kwargs.values())
 
 
 def _decomposition(func):
