@@ -37,9 +37,10 @@ def _raise_mixed(first: torch.device, second: torch.device):
 class _Args:
     """Host-side arguments of one op, plus the device they came from."""
 
-    __slots__ = ("device", "host_tensor", "inputs")
+    __slots__ = ("device", "host_tensor", "inputs", "operands")
 
-    def __init__(self):
+    def __init__(self, operands=()):
+        self.operands = operands    # the op's own arguments, to place tracer factories (below)
         self.device = None
         self.host_tensor = None     # first non-scalar CPU tensor among the arguments
         self.inputs = []            # host tensors read by the op (for the recording)
@@ -57,10 +58,12 @@ class _Args:
         if isinstance(value, torch.Tensor):
             if value.device.type in SIMULATED_DEVICE_TYPES:
                 # Only under a tracer: a factory ran in FakeTensorMode and made a plain fake
-                # tensor on the device; use its host side, as for a DeviceTensor's inner.
+                # tensor on the device; use its host side, as for a DeviceTensor's inner
+                # (data-free, meta, next to data-free device tensors, so they stay one device).
                 if self.device is None:
                     self.device = value.device
-                host = value.to("cpu")
+                args, kwargs = self.operands
+                host = value.to(timing_only.host_device(_inners((*args, *kwargs.values()))))
                 self.inputs.append(host)
                 return host
             if self.host_tensor is None and value.dim() > 0:
@@ -75,6 +78,14 @@ class _Args:
                 f"a {value.device} storage holds no values the host kernels can read; pass the "
                 f"tensor itself (e.g. t.set_(source_tensor)) instead of its untyped_storage()")
         return value
+
+
+def _inners(values):
+    for v in values:
+        if isinstance(v, DeviceTensor):
+            yield v._inner
+        elif v.__class__ in (list, tuple):
+            yield from _inners(v)
 
 
 _PLAIN = frozenset({int, float, bool, type(None), torch.dtype, torch.memory_format})
@@ -104,7 +115,7 @@ def dispatch(func, args, kwargs):
 
 
 def _dispatch_general(func, args, kwargs):
-    state = _Args()
+    state = _Args((args, kwargs))
     unwrap = state.unwrap
     host_args = [unwrap(a) for a in args]
     target = None          # explicit device= argument (e.g. _to_copy(device=...))
