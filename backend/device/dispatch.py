@@ -15,6 +15,8 @@ from . import numerics, timing_only
 from .device_module import reported_device
 from .tensor import DeviceTensor, carry_math_bits, wrap
 
+_TIMING = timing_only.STATE
+
 __all__ = ["dispatch", "CROSS_DEVICE_OPS", "SIMULATED_DEVICE_TYPES"]
 
 aten = torch.ops.aten
@@ -143,6 +145,8 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
     ``inputs``: the host tensors the op read, for the recording; None on the fast path, where
     they are collected only if someone is recording.
     """
+    if _TIMING.ever_enabled:
+        host_args, host_kwargs = timing_only.unify(func, host_args, host_kwargs)
     try:
         out = None
         if numerics.SWITCH.enabled:
@@ -159,9 +163,9 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
             raise
         return decomposition(*args, **kwargs)
     except RuntimeError as exc:
-        if not _reads_data_free(host_args, host_kwargs):
-            raise
-        out = timing_only.rerun_data_free(func, host_args, host_kwargs, exc)
+        if _reads_data_free(host_args, host_kwargs):
+            timing_only.check_value_reader(func, exc)
+        raise
 
     if target is not None:
         device = target if target.type in SIMULATED_DEVICE_TYPES else None

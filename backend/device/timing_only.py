@@ -19,7 +19,8 @@ import contextlib
 import torch
 
 __all__ = ["TimingOnlyState", "STATE", "TimingOnlyError", "timing_only", "set_timing_only", "is_timing_only",
-           "host_device", "is_data_free", "has_data_free", "to_data_free", "no_values_error",
+           "host_device", "is_data_free", "has_data_free", "to_data_free", "no_values_error", "unify",
+           "check_decomposable", "check_value_reader",
            "LEAVE_HINT"]
 
 HOST = torch.device("cpu")
@@ -32,13 +33,21 @@ class TimingOnlyState:
     """Whether new device tensors are born without values, process-wide. ``enabled`` is a
     plain attribute because the factories read it on every allocation."""
 
-    __slots__ = ("enabled",)
+    __slots__ = ("enabled", "ever_enabled")
 
     def __init__(self) -> None:
         self.enabled = False
+        # Whether data-free tensors may exist: until then the device skips the per-op check
+        # for a mix of tensors with and without values (host kernels do not all reject a mix).
+        self.ever_enabled = False
+
+    def set(self, enabled: bool) -> None:
+        self.enabled = bool(enabled)
+        self.ever_enabled = self.ever_enabled or self.enabled
 
     def reset(self) -> None:
         self.enabled = False
+        self.ever_enabled = False
 
 
 STATE = TimingOnlyState()
@@ -50,7 +59,7 @@ class TimingOnlyError(RuntimeError):
 
 def set_timing_only(enabled: bool = True) -> None:
     """Make new device tensors data-free (True) or hold host values again (False)."""
-    STATE.enabled = bool(enabled)
+    STATE.set(enabled)
 
 
 def is_timing_only() -> bool:
@@ -61,11 +70,11 @@ def is_timing_only() -> bool:
 def timing_only(enabled: bool = True):
     """``with torch.neuron.timing_only():`` tensors (and parameters) made inside hold no values."""
     previous = STATE.enabled
-    STATE.enabled = bool(enabled)
+    STATE.set(enabled)
     try:
         yield
     finally:
-        STATE.enabled = previous
+        STATE.set(previous)
 
 
 def host_device(host_inputs=()) -> torch.device:
@@ -132,24 +141,40 @@ def check_decomposable(func, decomposition, error: NotImplementedError) -> None:
         raise no_values_error(f"{_describe(func)} (its output shape or result depends on the values)") from error
 
 
-def rerun_data_free(func, host_args, host_kwargs, error: RuntimeError):
-    """Run ``func`` again with every host tensor data-free, when it failed on a mix of tensors
-    with and without values (e.g. an input made before the mode meets a data-free weight).
-
-    Re-raises ``error`` when the failure was not about the mix (a shape error is a shape error);
-    refuses an in-place op on a tensor with values, which would be left holding garbage.
-    """
+def check_value_reader(func, error: RuntimeError) -> None:
+    """Raise the timing-only error if a data-free op failed because it hands values out."""
     if func in _VALUE_READERS:
         raise no_values_error(_describe(func)) from error
-    tensors = [t for t in _flat_tensors((*host_args, *host_kwargs.values())) if t.dim()]
-    if all(t.is_meta for t in tensors):
-        raise error
-    if func._schema.is_mutable and host_args and not is_data_free(host_args[0]):
-        raise no_values_error(f"{func._schema.name} writing into a tensor with values") from error
-    try:
-        return func(*to_data_free(host_args), **{k: to_data_free(v) for k, v in host_kwargs.items()})
-    except NotImplementedError as exc:
-        raise no_values_error(f"{_describe(func)} (its output shape or result depends on the values)") from exc
+
+
+_WRITTEN: dict = {}     # op -> positions and names of the arguments it writes
+
+
+def _written(func) -> list:
+    written = _WRITTEN.get(func)
+    if written is None:
+        written = _WRITTEN[func] = [(i, a.name) for i, a in enumerate(func._schema.arguments)
+                                    if a.alias_info is not None and a.alias_info.is_write]
+    return written
+
+
+def unify(func, host_args, host_kwargs):
+    """The host arguments with every tensor data-free if any of them is, else as they were.
+
+    Host kernels do not all reject a mix of meta and CPU tensors (a CPU ``mm`` reads a meta
+    operand's missing data), so a mix never reaches them: an input made with values before the
+    mode meets data-free weights as its data-free twin. Writing data-free results into a
+    tensor with values is refused: it would be left holding garbage.
+    """
+    tensors = list(_flat_tensors((*host_args, *host_kwargs.values())))
+    metas = sum(t.is_meta for t in tensors)
+    if metas == 0 or metas == len(tensors):
+        return host_args, host_kwargs
+    for i, name in _written(func):
+        target = host_args[i] if i < len(host_args) else host_kwargs.get(name)
+        if isinstance(target, torch.Tensor) and not target.is_meta:
+            raise no_values_error(f"{func._schema.name} writing into a tensor with values")
+    return to_data_free(host_args), {k: to_data_free(v) for k, v in host_kwargs.items()}
 
 
 def _flat_tensors(values):
