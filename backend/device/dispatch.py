@@ -41,7 +41,7 @@ class _Args:
 
     __slots__ = ("device", "host_tensor", "inputs", "operands")
 
-    def __init__(self, operands=()):
+    def __init__(self, operands):
         self.operands = operands    # the op's own arguments, to place tracer factories (below)
         self.device = None
         self.host_tensor = None     # first non-scalar CPU tensor among the arguments
