@@ -8,6 +8,7 @@ BENCHMARKS = (
     "benchmarks.compile_bench",     # compile time; eager vs compiled wall and simulated
     "benchmarks.gpu_gemm",          # GPU cost model: bf16 GEMM TFLOP/s and copy bandwidth
     "benchmarks.fidelity",          # simulator vs published Trainium results; sim speed
+    "benchmarks.timing_only",       # Llama-3.2-1B-shaped fwd+bwd without values: host s, peak RSS
 )
 
 

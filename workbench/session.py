@@ -95,15 +95,16 @@ class ProfileSession:
 
     def __init__(self, device: str = "neuron", target: str | None = None, *, source: bool = True,
                  on_op: Callable[[int], None] | None = None, meta: dict | None = None,
-                 graphs_since: int | None = None):
+                 graphs_since: int | None = None, timing_only: bool = False):
         if device not in SIMULATED_DEVICES:
             make_sink(device)            # raises the explanatory ValueError
         self.device = device
         self.target = target or DEFAULT_TARGETS[device]
         self.source = source
         self.on_op = on_op
+        self.timing_only = timing_only
         self.profile = Profile(meta={"device": device, "target": getattr(self.target, "name", self.target),
-                                     "device_kind": device,
+                                     "device_kind": device, "timing_only": timing_only,
                                      **(meta or {})})
         self._stack: contextlib.ExitStack | None = None
         # Graphs compiled by a warm-up run before the block still belong to this profile.
@@ -121,6 +122,9 @@ class ProfileSession:
                 device_layer.set_target(self.target)
         self._graphs_before = len(compiled_graphs()) if self._graphs_since is None else self._graphs_since
         self._stack = contextlib.ExitStack()
+        if self.timing_only:
+            from backend.device.timing_only import timing_only
+            self._stack.enter_context(timing_only())    # tensors made in the block hold no values
         self._stack.enter_context(recording(self.sink, with_source=self.source))
         self.sampler = _Sampler(self.sink, self.device, self.on_op)
         self._stack.enter_context(recording(self.sampler))
@@ -155,15 +159,17 @@ class ProfileSession:
 
 def profile(fn: Callable | None = None, *args, target: str | None = None, device: str = "neuron",
             source: bool = True, on_op: Callable[[int], None] | None = None, graphs_since: int | None = None,
-            **kwargs):
+            timing_only: bool = False, **kwargs):
     """Profile ``fn(*args, **kwargs)`` on ``device``, or return a context manager when ``fn`` is None.
 
     ``target`` defaults to trn2 for neuron and h100 for cuda; ``source`` records user source
     lines per op; ``on_op(count)`` is called after every recorded op (progress bars);
     ``graphs_since`` (a ``len(compiled_graphs())`` taken earlier) attaches graphs compiled by a
-    warm-up run before the profile started.
+    warm-up run before the profile started; ``timing_only`` makes tensors created while it runs
+    hold no values (shapes only: ``torch.neuron.timing_only()``), for models the host cannot hold.
     """
-    session = ProfileSession(device, target, source=source, on_op=on_op, graphs_since=graphs_since)
+    session = ProfileSession(device, target, source=source, on_op=on_op, graphs_since=graphs_since,
+                             timing_only=timing_only)
     if fn is None:
         if args or kwargs:
             raise TypeError("profile() got arguments for fn but no fn")

@@ -38,7 +38,8 @@ def place_on_host(gm: fx.GraphModule) -> int:
 
     A factory traced with ``device="neuron"`` (``torch.arange(n, device=x.device)``) made a
     tracer tensor on the device, which the device layer copied to the host side; at run time
-    the graph runs on host tensors, so the factory builds on the host and the copy goes.
+    the graph runs on host tensors, so the factory builds on the host and the copy goes. In
+    timing-only mode the host side is ``meta`` (no values): the factory builds there instead.
     Returns the number of nodes changed.
     """
     changed = 0
@@ -51,6 +52,7 @@ def place_on_host(gm: fx.GraphModule) -> int:
             changed += 1
             for user in list(node.users):
                 if user.target is _COPY and _is_plain_host_copy(user, node):
+                    node.kwargs = {**node.kwargs, "device": _copy_device(user)}
                     user.replace_all_uses_with(node)
                     gm.graph.erase_node(user)
     if changed:
@@ -59,13 +61,17 @@ def place_on_host(gm: fx.GraphModule) -> int:
     return changed
 
 
+def _copy_device(copy: fx.Node) -> torch.device:
+    return torch.device(copy.kwargs.get("device", _HOST))
+
+
 def _is_plain_host_copy(copy: fx.Node, src: fx.Node) -> bool:
     kwargs = dict(copy.kwargs)
-    device = kwargs.pop("device", _HOST)
+    kwargs.pop("device", None)
     src_val, out_val = src.meta.get("val"), copy.meta.get("val")
     same_dtype = (isinstance(src_val, torch.Tensor) and isinstance(out_val, torch.Tensor)
                   and src_val.dtype == out_val.dtype)
-    return (torch.device(device).type == "cpu" and same_dtype and len(copy.args) == 1
+    return (_copy_device(copy).type in ("cpu", "meta") and same_dtype and len(copy.args) == 1
             and set(kwargs) <= {"dtype", "layout", "pin_memory"}
             and kwargs.get("layout", torch.strided) == torch.strided)
 

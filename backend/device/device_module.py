@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from . import timing_only
 from .events import stream_api
 from .memory import DeviceMemory
 
@@ -196,6 +197,20 @@ class DeviceModule:
     def empty_cache(self) -> None:
         """Only live tensors are counted, so there is no cache to release."""
 
+    # -- timing-only mode: process-wide, shared by every simulated device type ---------------
+    @staticmethod
+    def timing_only(enabled: bool = True):
+        """``with torch.neuron.timing_only():`` tensors made inside hold no values, only shapes."""
+        return timing_only.timing_only(enabled)
+
+    @staticmethod
+    def set_timing_only(enabled: bool = True) -> None:
+        timing_only.set_timing_only(enabled)
+
+    @staticmethod
+    def is_timing_only() -> bool:
+        return timing_only.is_timing_only()
+
     # -- the module namespace ------------------------------------------------------------------
     FUNCTIONS = (
         "is_available", "is_initialized", "_is_in_bad_fork", "_lazy_init", "device_count",
@@ -204,7 +219,7 @@ class DeviceModule:
         "get_device_capability", "is_bf16_supported", "is_current_stream_capturing",
         "get_amp_supported_dtype", "memory_allocated", "max_memory_allocated", "memory_reserved",
         "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "memory_summary",
-        "mem_get_info", "empty_cache",
+        "mem_get_info", "empty_cache", "timing_only", "set_timing_only", "is_timing_only",
     )
     ALIASES = {"manual_seed_all": "manual_seed", "seed_all": "seed",
                "reset_max_memory_allocated": "reset_peak_memory_stats"}

@@ -11,9 +11,11 @@ import torch
 from backend import recording
 from backend.recording import SIMULATED_DEVICE_TYPES, STREAM as _STREAM
 
-from . import numerics
+from . import numerics, timing_only
 from .device_module import reported_device
 from .tensor import DeviceTensor, carry_math_bits, wrap
+
+_TIMING = timing_only.STATE
 
 __all__ = ["dispatch", "CROSS_DEVICE_OPS", "SIMULATED_DEVICE_TYPES"]
 
@@ -25,7 +27,6 @@ CROSS_DEVICE_OPS = frozenset({
     aten._copy_from_and_resize.default, aten.index.Tensor, aten.index_put_.default,
     aten.index_put.default, aten._index_put_impl_.default, aten.lift_fresh.default,
 })
-_HOST = torch.device("cpu")
 _MUTATES: dict = {}                   # op -> whether it may return one of its arguments
 
 
@@ -38,9 +39,10 @@ def _raise_mixed(first: torch.device, second: torch.device):
 class _Args:
     """Host-side arguments of one op, plus the device they came from."""
 
-    __slots__ = ("device", "host_tensor", "inputs")
+    __slots__ = ("device", "host_tensor", "inputs", "operands")
 
-    def __init__(self):
+    def __init__(self, operands):
+        self.operands = operands    # the op's own arguments, to place tracer factories (below)
         self.device = None
         self.host_tensor = None     # first non-scalar CPU tensor among the arguments
         self.inputs = []            # host tensors read by the op (for the recording)
@@ -58,10 +60,12 @@ class _Args:
         if isinstance(value, torch.Tensor):
             if value.device.type in SIMULATED_DEVICE_TYPES:
                 # Only under a tracer: a factory ran in FakeTensorMode and made a plain fake
-                # tensor on the device; use its host side, as for a DeviceTensor's inner.
+                # tensor on the device; use its host side, as for a DeviceTensor's inner
+                # (data-free, meta, next to data-free device tensors, so they stay one device).
                 if self.device is None:
                     self.device = value.device
-                host = value.to("cpu")
+                args, kwargs = self.operands
+                host = value.to(timing_only.host_device(_inners((*args, *kwargs.values()))))
                 self.inputs.append(host)
                 return host
             if self.host_tensor is None and value.dim() > 0:
@@ -76,6 +80,14 @@ class _Args:
                 f"a {value.device} storage holds no values the host kernels can read; pass the "
                 f"tensor itself (e.g. t.set_(source_tensor)) instead of its untyped_storage()")
         return value
+
+
+def _inners(values):
+    for v in values:
+        if isinstance(v, DeviceTensor):
+            yield v._inner
+        elif v.__class__ in (list, tuple):
+            yield from _inners(v)
 
 
 _PLAIN = frozenset({int, float, bool, type(None), torch.dtype, torch.memory_format})
@@ -105,7 +117,7 @@ def dispatch(func, args, kwargs):
 
 
 def _dispatch_general(func, args, kwargs):
-    state = _Args()
+    state = _Args((args, kwargs))
     unwrap = state.unwrap
     host_args = [unwrap(a) for a in args]
     target = None          # explicit device= argument (e.g. _to_copy(device=...))
@@ -113,9 +125,15 @@ def _dispatch_general(func, args, kwargs):
     for key, value in kwargs.items():
         if key == "device" and value is not None:
             target = reported_device(torch.device(value))
-            host_kwargs[key] = _HOST if target.type in SIMULATED_DEVICE_TYPES else target
         else:
             host_kwargs[key] = unwrap(value)
+    if target is not None:
+        if target.type in SIMULATED_DEVICE_TYPES:
+            host_kwargs["device"] = timing_only.host_device(state.inputs)
+        elif timing_only.has_data_free(state.inputs):
+            raise timing_only.no_values_error(f"copying a {state.device} tensor to {target} (.cpu(), .to())")
+        else:
+            host_kwargs["device"] = target
     if state.host_tensor is not None and func not in CROSS_DEVICE_OPS:
         _raise_mixed(state.device, state.host_tensor.device)
     return _execute(func, args, kwargs, host_args, host_kwargs, state.device, target, state.inputs)
@@ -127,19 +145,27 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
     ``inputs``: the host tensors the op read, for the recording; None on the fast path, where
     they are collected only if someone is recording.
     """
+    if _TIMING.ever_enabled:
+        host_args, host_kwargs = timing_only.unify(func, host_args, host_kwargs)
     try:
         out = None
         if numerics.SWITCH.enabled:
             out = numerics.maybe_autocast(func, host_args, host_kwargs)
         if out is None:
             out = func(*host_args, **host_kwargs)
-    except NotImplementedError:
+    except NotImplementedError as exc:
         # No host kernel (e.g. fused RNN cells PyTorch picks for accelerators): run the op's
         # decomposition on the device tensors, so its pieces are executed and recorded.
         decomposition = _decomposition(func)
+        if _reads_data_free(host_args, host_kwargs):
+            timing_only.check_decomposable(func, decomposition, exc)
         if decomposition is None:
             raise
         return decomposition(*args, **kwargs)
+    except RuntimeError as exc:
+        if _reads_data_free(host_args, host_kwargs):
+            timing_only.check_value_reader(func, exc)
+        raise
 
     if target is not None:
         device = target if target.type in SIMULATED_DEVICE_TYPES else None
@@ -169,6 +195,10 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
             recording.emit(func, args, kwargs, inputs, host_outputs,
                            transfer=_transfer_kind(func, args, device))
     return wrapped
+
+
+def _reads_data_free(host_args, host_kwargs) -> bool:
+    return timing_only.has_data_free(host_args) or timing_only.has_data_free(host_kwargs.values())
 
 
 def _decomposition(func):

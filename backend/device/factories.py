@@ -12,6 +12,7 @@ import torch
 from .device_module import reported_device
 from .memory import memory_for
 from .tensor import wrap
+from .timing_only import host_device, is_data_free, no_values_error
 
 __all__ = ["register_factories", "unregister_factories"]
 
@@ -33,7 +34,7 @@ def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_f
     device = _device_of(device)
     dtype = dtype or torch.get_default_dtype()
     _precheck(device, prod(size) * dtype.itemsize)
-    host = torch.empty(size, dtype=dtype, device="cpu", memory_format=memory_format or torch.contiguous_format)
+    host = torch.empty(size, dtype=dtype, device=host_device(), memory_format=memory_format or torch.contiguous_format)
     return wrap(host, device)
 
 
@@ -42,7 +43,7 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
     dtype = dtype or torch.get_default_dtype()
     extent = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
     _precheck(device, extent * dtype.itemsize)
-    return wrap(torch.empty_strided(size, stride, dtype=dtype, device="cpu"), device)
+    return wrap(torch.empty_strided(size, stride, dtype=dtype, device=host_device()), device)
 
 
 def _copy_from(self, dst, non_blocking=False):
@@ -52,8 +53,10 @@ def _copy_from(self, dst, non_blocking=False):
 
     from .tensor import unwrap_to_host
 
-    host_dst = unwrap_to_host(dst)
-    host_dst.copy_(unwrap_to_host(self))
+    host_dst, host_src = unwrap_to_host(dst), unwrap_to_host(self)
+    if is_data_free(host_src) and not is_data_free(host_dst):
+        raise no_values_error(f"copying a {self.device} tensor to {dst.device}")
+    host_dst.copy_(host_src)
     if recording.active_sinks():
         recording.emit(torch.ops.aten._copy_from.default, (self, dst), {}, [unwrap_to_host(self)], [host_dst],
                        transfer="h2d" if host_dst is not dst else "d2h")
@@ -71,7 +74,7 @@ HOST_FACTORIES = (
 def _host_factory(overload):
     def factory(*args, device=None, **kwargs):
         device = _device_of(device)
-        return wrap(overload(*args, device="cpu", **kwargs), device)
+        return wrap(overload(*args, device=host_device(), **kwargs), device)
 
     return factory
 

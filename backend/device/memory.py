@@ -64,7 +64,8 @@ class DeviceMemory:
         if inner.__class__ is not torch.Tensor:
             return  # a tracer's fake/functional tensor (torch.compile): no storage to count
         storage = inner.untyped_storage()
-        key = storage.data_ptr() or id(storage)
+        # A data-free (meta) storage has no address: its StorageImpl identifies it, shared by views.
+        key = storage._cdata if inner.is_meta else storage.data_ptr() or id(storage)
         entry = self._refs.get(key)
         if entry is None:
             nbytes = storage.nbytes()

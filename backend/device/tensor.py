@@ -43,6 +43,10 @@ class DeviceTensor(torch.Tensor):
         if self._inner.__class__ is not torch.Tensor:
             # A tracer's placeholder (torch.compile): it has no values to print.
             return f"DeviceTensor(<{type(self._inner).__name__}>, size={tuple(self.shape)}, device='{self.device}')"
+        if self._inner.is_meta:
+            # Debuggers, tracebacks and containers call repr: say what it is, show no values.
+            return (f"tensor(<no values: timing-only>, size={tuple(self.shape)}, device='{self.device}', "
+                    f"dtype={self.dtype})")
         inner = self._inner.detach()
         body = torch._tensor_str._tensor_str(inner, indent=len("tensor(")) if inner.numel() else "[]"
         parts = [body, f"device='{self.device}'"]
@@ -55,6 +59,11 @@ class DeviceTensor(torch.Tensor):
         elif self.requires_grad:
             parts.append("requires_grad=True")
         return "tensor(" + ", ".join(parts) + ")"
+
+    def __str__(self) -> str:
+        if self._inner.is_meta:
+            raise no_values_error("printing a tensor")
+        return self.__repr__()
 
     def tolist(self):
         return self.cpu().tolist()
@@ -69,6 +78,8 @@ class DeviceTensor(torch.Tensor):
     def __reduce_ex__(self, protocol):
         # Serialize the host values plus the device string, never the (empty) wrapper storage.
         # The host copy's storage is tagged with the device, so torch.load's map_location applies.
+        if self._inner.is_meta:
+            raise no_values_error("saving or pickling a tensor")
         host = mark_for_saving(self._inner.detach().clone(), self.device)
         return (_rebuild_tagged_tensor, (host, self.requires_grad, getattr(self, "_is_param", False)))
 
@@ -122,6 +133,7 @@ def unwrap_to_host(t: torch.Tensor) -> torch.Tensor:
 from .dispatch import dispatch as _dispatch  # noqa: E402  (dispatch imports DeviceTensor)
 from .device_module import check_device  # noqa: E402
 from .memory import POOLS  # noqa: E402
+from .timing_only import no_values_error  # noqa: E402
 from .serialization import device_restored_for, mark_for_saving, register_serialization  # noqa: E402
 
 torch.serialization.add_safe_globals([_rebuild_device_tensor, _rebuild_tagged_tensor])
