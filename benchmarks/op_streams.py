@@ -56,15 +56,15 @@ class OpStream:
                        output_mask=[True, True, True])
 
 
-def block_forward(s: OpStream, batch: int, seq: int, d: int, heads: int) -> dict:
-    """One GPT-2 block forward; returns what its backward reads."""
+def block_forward(s: OpStream, batch: int, seq: int, d: int, heads: int, causal: bool = True) -> dict:
+    """One GPT-2 block forward (``causal=False``: a BERT encoder block); returns what its backward reads."""
     tokens, hd = batch * seq, d // heads
     x = s.t(tokens, d)
     h = s.layer_norm(x, d)
     qkv = s.linear(h, d, 3 * d)
     q = s.view(qkv, batch, heads, seq, hd, strides=(seq * 3 * d, hd, 3 * d, 1))
     attn = s.op("aten::_scaled_dot_product_flash_attention_for_cpu", [q, q, q],
-                [s.t(batch, heads, seq, hd), s.t(batch, heads, seq)], is_causal=True, dropout_p=0.0)
+                [s.t(batch, heads, seq, hd), s.t(batch, heads, seq)], is_causal=causal, dropout_p=0.0)
     merged = s.op("aten::clone", [s.view(attn, batch, seq, heads, hd, strides=(heads * seq * hd, hd, seq * hd, 1))],
                   [s.t(batch, seq, heads, hd)])
     merged = s.view(merged, tokens, d)
@@ -75,7 +75,7 @@ def block_forward(s: OpStream, batch: int, seq: int, d: int, heads: int) -> dict
     act = s.op("aten::gelu", [up], [s.t(tokens, 4 * d)], approximate="tanh")
     down = s.linear(act, 4 * d, d)
     s.op("aten::add", [x, down], [s.t(tokens, d)], alpha=1)
-    return {"h": h, "q": q, "attn": attn, "merged": merged, "h2": h2, "up": up, "act": act}
+    return {"h": h, "q": q, "attn": attn, "merged": merged, "h2": h2, "up": up, "act": act, "causal": causal}
 
 
 def block_backward(s: OpStream, saved: dict, batch: int, seq: int, d: int, heads: int) -> None:
@@ -91,7 +91,7 @@ def block_backward(s: OpStream, saved: dict, batch: int, seq: int, d: int, heads
                   [s.t(batch, heads, seq, hd)])
     s.op("aten::_scaled_dot_product_flash_attention_for_cpu_backward",
          [g_attn, q, q, q, attn, s.t(batch, heads, seq)],
-         [s.t(batch, heads, seq, hd)] * 3, is_causal=True, dropout_p=0.0)
+         [s.t(batch, heads, seq, hd)] * 3, is_causal=saved.get("causal", True), dropout_p=0.0)
     g_qkv = s.op("aten::cat", [s.t(tokens, d)] * 3, [s.t(tokens, 3 * d)], dim=1)
     g_h = s.linear_backward(g_qkv, h, d, 3 * d)
     s.op("aten::add", [g, s.layer_norm_backward(g_h, d)], [s.t(tokens, d)], alpha=1)

@@ -63,8 +63,16 @@ def simulate(records: Iterable[OpRecord], target: str | NeuronConfig = DEFAULT_N
 
 def replay(workload: Iterable[OpRecord | Program], target: str | NeuronConfig = DEFAULT_NEURON_TARGET) -> float:
     """Simulated ns of a kept workload on ``target``: eager records are lowered again (so lowering
-    assumptions apply); compiled kernels keep their lowered program and are re-costed."""
+    assumptions apply); compiled kernels keep their lowered program and are re-costed. Records
+    that differ only in position (a loop's ops) share one lowered program."""
     sim = Simulator(get_target(target), max_events=0)
+    programs: dict = {}
     for item in workload:
-        sim.feed(lower(item, sim.target) if isinstance(item, OpRecord) else item)
+        if isinstance(item, OpRecord):
+            key = (item.name, item.inputs, item.outputs, repr(item.attrs), item.is_view, item.fallback, item.transfer)
+            program = programs.get(key)
+            if program is None:
+                program = programs[key] = lower(item, sim.target)
+            item = program
+        sim.feed(item)
     return sim.trace.total_time_ns

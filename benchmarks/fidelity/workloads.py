@@ -1,0 +1,112 @@
+"""Whole-workload fidelity cases: op streams and torch programs behind the published results.
+
+- BERT-large phase-1 pretraining step per core (seq 128, micro-batch 16, bf16): an eager aten
+  op stream (``benchmarks.op_streams`` blocks with bidirectional attention), the MLM head over
+  every token, backward, and one fused AdamW over every parameter. The allreduce of data
+  parallelism is excluded (one core); the NSP head (a [16, 2] linear) is left out.
+- The Mamba layer (batch 1, seq 512, channels 256, state 16) as the NKI tutorial's PyTorch
+  reference writes it: exp/multiply broadcasts, a sequential scan over the 512 positions, a
+  sum over the state axis -- run with torch on the ``neuron`` device, eagerly (unfused).
+
+Identical layers run back to back, so a deep model's step is extrapolated from one and two
+layers: ``t(L) = t(1) + (L - 1) * (t(2) - t(1))`` -- the difference holds a layer and its
+boundary with the next exactly as in the full stream, and the band uses the same formula.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from backend.lowering.timeline import replay
+from backend.sim.descriptors import OpRecord, TensorDesc
+from backend.sim.presets import NeuronConfig
+from benchmarks.op_streams import OpStream, block_backward, block_forward
+
+__all__ = ["bert_pretraining_step", "per_layer_run", "mamba_workload", "BERT_LARGE"]
+
+BERT_LARGE = {"layers": 24, "d": 1024, "heads": 16, "vocab": 30522, "positions": 512}
+
+
+def _bert_params(layers: int, d: int, vocab: int, positions: int) -> list[tuple[int, ...]]:
+    """Parameter shapes: embeddings (+ LN), per layer QKV/proj/FFN with biases and two LNs, MLM head."""
+    shapes = [(vocab, d), (positions, d), (2, d), (d,), (d,)]
+    for _ in range(layers):
+        shapes += [(3 * d, d), (3 * d,), (d, d), (d,), (d,), (d,), (4 * d, d), (4 * d,), (d, 4 * d), (d,), (d,), (d,)]
+    return shapes + [(d, d), (d,), (d,), (d,), (vocab,)]
+
+
+def bert_pretraining_step(layers: int, batch: int = 16, seq: int = 128, d: int = 1024, heads: int = 16,
+                          vocab: int = 30522, positions: int = 512, dtype: str = "bfloat16") -> list[OpRecord]:
+    """One BERT pretraining step (MLM) forward + backward + AdamW, as eager aten ops."""
+    s = OpStream(dtype)
+    tokens = batch * seq
+    ids = s.t(batch, seq, dtype="int64")
+    wte = s.t(vocab, d)
+    emb = s.op("aten::embedding", [wte, ids], [s.t(batch, seq, d)])
+    emb = s.op("aten::add", [emb, s.t(seq, d)], [s.t(batch, seq, d)], alpha=1)          # positions
+    s.op("aten::add", [emb, s.t(batch, seq, d)], [s.t(batch, seq, d)], alpha=1)         # token types
+    s.layer_norm(s.t(tokens, d), d)
+    saved = [block_forward(s, batch, seq, d, heads, causal=False) for _ in range(layers)]
+    dense = s.linear(s.t(tokens, d), d, d)
+    act = s.op("aten::gelu", [dense], [s.t(tokens, d)], approximate="none")
+    h = s.layer_norm(act, d)
+    logits = s.op("aten::addmm", [s.t(vocab), h, s.view(wte, d, vocab, strides=(1, d))], [s.t(tokens, vocab)],
+                  beta=1, alpha=1)
+    logp = s.op("aten::_log_softmax", [logits], [s.t(tokens, vocab)], dim=1, half_to_float=False)
+    target = s.t(tokens, dtype="int64")
+    s.op("aten::nll_loss_forward", [logp, target], [s.t(), s.t()], reduction=1, ignore_index=-100)
+    g = s.op("aten::nll_loss_backward", [s.t(), logp, target, s.t()], [s.t(tokens, vocab)],
+             reduction=1, ignore_index=-100)
+    g = s.op("aten::_log_softmax_backward_data", [g, logp], [s.t(tokens, vocab)], dim=1, input_dtype=dtype)
+    s.op("aten::mm", [g, wte], [s.t(tokens, d)])
+    s.op("aten::mm", [s.view(g, vocab, tokens, strides=(1, vocab)), h], [s.t(vocab, d)])
+    s.op("aten::sum", [g], [s.t(vocab)], dim=[0], keepdim=True)
+    g = s.layer_norm_backward(s.t(tokens, d), d)
+    g = s.op("aten::gelu_backward", [g, dense], [s.t(tokens, d)], approximate="none")
+    s.linear_backward(g, s.t(tokens, d), d, d)
+    for block in reversed(saved):
+        block_backward(s, block, batch, seq, d, heads)
+    s.layer_norm_backward(s.t(tokens, d), d)
+    s.op("aten::embedding_dense_backward", [s.t(batch, seq, d), ids], [s.t(vocab, d)],
+         num_weights=vocab, padding_idx=-1, scale_grad_by_freq=False)
+    params = [s.t(*shape) for shape in _bert_params(layers, d, vocab, positions)]
+    steps = [TensorDesc((), "float32") for _ in params]
+    s.op("aten::_fused_adamw_", [*params, *params, *params, *params, *steps], [], lr=1e-4, beta1=0.9, beta2=0.999,
+         weight_decay=0.01, eps=1e-6, amsgrad=False, maximize=False)
+    return s.records
+
+
+def per_layer_run(build: Callable[[int], list], layers: int) -> Callable[[NeuronConfig], float]:
+    """``run(target) -> ns`` of a ``layers``-deep stream, extrapolated from 1- and 2-layer streams."""
+    one, two = build(1), build(2)
+
+    def run(target: NeuronConfig) -> float:
+        t1 = replay(one, target)
+        return t1 + (layers - 1) * (replay(two, target) - t1)
+
+    return run
+
+
+def _mamba_layer(delta, A, B, u, C):
+    """The NKI Mamba tutorial's PyTorch reference: broadcasts, a sequential scan, a state-axis sum."""
+    import torch
+    delta_a = torch.exp(delta[:, :, None, :] * A[None, :, :, None])            # [b, c, s, l]
+    delta_b_u = delta[:, :, None, :] * B[:, None, :, :] * u[:, :, None, :]
+    scan = torch.empty_like(delta_a)
+    for i in range(delta_a.shape[-1]):
+        prev = scan[..., i - 1] if i > 0 else 0
+        scan[..., i] = delta_a[..., i] * prev + delta_b_u[..., i]
+    return (C[:, None, :, :] * scan).sum(dim=-2)
+
+
+def mamba_workload(target: str = "trn1", batch: int = 1, seq: int = 512, channels: int = 256, state: int = 16):
+    """(workload, target config) of the Mamba layer run eagerly with torch on ``neuron``."""
+    import torch
+    from workbench.session import profile
+    torch.manual_seed(0)
+    with profile(target=target, source=False) as prof:
+        dev = dict(device="neuron", dtype=torch.float32)
+        delta, u = torch.rand(batch, channels, seq, **dev), torch.rand(batch, channels, seq, **dev)
+        A = -torch.rand(channels, state, **dev)
+        B, C = torch.rand(batch, state, seq, **dev), torch.rand(batch, state, seq, **dev)
+        _mamba_layer(delta, A, B, u, C)
+    return prof.workload, prof.workload_target
