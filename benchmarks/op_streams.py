@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from backend.sim.descriptors import OpRecord, TensorDesc
 
-__all__ = ["OpStream", "gpt2_training_step", "transformer_block", "block_forward", "block_backward"]
+__all__ = ["OpStream", "gpt2_training_step", "lm_loss_backward", "transformer_block", "block_forward", "block_backward"]
 
 
 class OpStream:
@@ -104,6 +104,20 @@ def transformer_block(s: OpStream, batch: int, seq: int, d: int, heads: int, bac
         block_backward(s, saved, batch, seq, d, heads)
 
 
+def lm_loss_backward(s: OpStream, logits: TensorDesc, h: TensorDesc, wte: TensorDesc) -> TensorDesc:
+    """Cross-entropy over tied-embedding logits and its backward to the head input and the table."""
+    (tokens, vocab), d = logits.shape, h.shape[-1]
+    logp = s.op("aten::_log_softmax", [logits], [s.t(tokens, vocab)], dim=1, half_to_float=False)
+    target = s.t(tokens, dtype="int64")
+    s.op("aten::nll_loss_forward", [logp, target], [s.t(), s.t()], reduction=1, ignore_index=-100)
+    g = s.op("aten::nll_loss_backward", [s.t(), logp, target, s.t()], [s.t(tokens, vocab)],
+             reduction=1, ignore_index=-100)
+    g = s.op("aten::_log_softmax_backward_data", [g, logp], [s.t(tokens, vocab)], dim=1, input_dtype=s.dtype)
+    s.op("aten::mm", [g, wte], [s.t(tokens, d)])
+    s.op("aten::mm", [s.view(g, vocab, tokens, strides=(1, vocab)), h], [s.t(vocab, d)])
+    return g
+
+
 def gpt2_training_step(batch: int = 8, seq: int = 128, layers: int = 12, d: int = 768, heads: int = 12,
                        vocab: int = 50257, dtype: str = "float32") -> list[OpRecord]:
     """GPT-2 small (124M) forward + backward on batch x seq tokens, as eager aten ops."""
@@ -116,14 +130,7 @@ def gpt2_training_step(batch: int = 8, seq: int = 128, layers: int = 12, d: int 
     saved = [block_forward(s, batch, seq, d, heads) for _ in range(layers)]
     h = s.layer_norm(s.t(tokens, d), d)
     logits = s.op("aten::mm", [h, s.view(wte, d, vocab, strides=(1, d))], [s.t(tokens, vocab)])
-    logp = s.op("aten::_log_softmax", [logits], [s.t(tokens, vocab)], dim=1, half_to_float=False)
-    target = s.t(tokens, dtype="int64")
-    s.op("aten::nll_loss_forward", [logp, target], [s.t(), s.t()], reduction=1, ignore_index=-100)
-    g = s.op("aten::nll_loss_backward", [s.t(), logp, target, s.t()], [s.t(tokens, vocab)],
-             reduction=1, ignore_index=-100)
-    g = s.op("aten::_log_softmax_backward_data", [g, logp], [s.t(tokens, vocab)], dim=1, input_dtype=dtype)
-    s.op("aten::mm", [g, wte], [s.t(tokens, d)])
-    s.op("aten::mm", [s.view(g, vocab, tokens, strides=(1, vocab)), h], [s.t(vocab, d)])
+    lm_loss_backward(s, logits, h, wte)
     s.layer_norm_backward(s.t(tokens, d), d)
     for block in reversed(saved):
         block_backward(s, block, batch, seq, d, heads)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from backend.lowering.timeline import replay
 from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.presets import NeuronConfig
-from benchmarks.op_streams import OpStream, block_backward, block_forward
+from benchmarks.op_streams import OpStream, block_backward, block_forward, lm_loss_backward
 
 __all__ = ["bert_pretraining_step", "per_layer_run", "mamba_workload", "BERT_LARGE"]
 
@@ -51,14 +51,7 @@ def bert_pretraining_step(layers: int, batch: int = 16, seq: int = 128, d: int =
     h = s.layer_norm(act, d)
     logits = s.op("aten::addmm", [s.t(vocab), h, s.view(wte, d, vocab, strides=(1, d))], [s.t(tokens, vocab)],
                   beta=1, alpha=1)
-    logp = s.op("aten::_log_softmax", [logits], [s.t(tokens, vocab)], dim=1, half_to_float=False)
-    target = s.t(tokens, dtype="int64")
-    s.op("aten::nll_loss_forward", [logp, target], [s.t(), s.t()], reduction=1, ignore_index=-100)
-    g = s.op("aten::nll_loss_backward", [s.t(), logp, target, s.t()], [s.t(tokens, vocab)],
-             reduction=1, ignore_index=-100)
-    g = s.op("aten::_log_softmax_backward_data", [g, logp], [s.t(tokens, vocab)], dim=1, input_dtype=dtype)
-    s.op("aten::mm", [g, wte], [s.t(tokens, d)])
-    s.op("aten::mm", [s.view(g, vocab, tokens, strides=(1, vocab)), h], [s.t(vocab, d)])
+    g = lm_loss_backward(s, logits, h, wte)
     s.op("aten::sum", [g], [s.t(vocab)], dim=[0], keepdim=True)
     g = s.layer_norm_backward(s.t(tokens, d), d)
     g = s.op("aten::gelu_backward", [g, dense], [s.t(tokens, d)], approximate="none")
