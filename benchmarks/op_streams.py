@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from backend.sim.descriptors import OpRecord, TensorDesc
 
-__all__ = ["OpStream", "gpt2_training_step", "transformer_block", "block_forward", "block_backward"]
+__all__ = ["OpStream", "gpt2_training_step", "lm_loss_backward", "transformer_block", "block_forward", "block_backward"]
 
 
 class OpStream:
@@ -56,15 +56,15 @@ class OpStream:
                        output_mask=[True, True, True])
 
 
-def block_forward(s: OpStream, batch: int, seq: int, d: int, heads: int) -> dict:
-    """One GPT-2 block forward; returns what its backward reads."""
+def block_forward(s: OpStream, batch: int, seq: int, d: int, heads: int, causal: bool = True) -> dict:
+    """One GPT-2 block forward (``causal=False``: a BERT encoder block); returns what its backward reads."""
     tokens, hd = batch * seq, d // heads
     x = s.t(tokens, d)
     h = s.layer_norm(x, d)
     qkv = s.linear(h, d, 3 * d)
     q = s.view(qkv, batch, heads, seq, hd, strides=(seq * 3 * d, hd, 3 * d, 1))
     attn = s.op("aten::_scaled_dot_product_flash_attention_for_cpu", [q, q, q],
-                [s.t(batch, heads, seq, hd), s.t(batch, heads, seq)], is_causal=True, dropout_p=0.0)
+                [s.t(batch, heads, seq, hd), s.t(batch, heads, seq)], is_causal=causal, dropout_p=0.0)
     merged = s.op("aten::clone", [s.view(attn, batch, seq, heads, hd, strides=(heads * seq * hd, hd, seq * hd, 1))],
                   [s.t(batch, seq, heads, hd)])
     merged = s.view(merged, tokens, d)
@@ -75,7 +75,7 @@ def block_forward(s: OpStream, batch: int, seq: int, d: int, heads: int) -> dict
     act = s.op("aten::gelu", [up], [s.t(tokens, 4 * d)], approximate="tanh")
     down = s.linear(act, 4 * d, d)
     s.op("aten::add", [x, down], [s.t(tokens, d)], alpha=1)
-    return {"h": h, "q": q, "attn": attn, "merged": merged, "h2": h2, "up": up, "act": act}
+    return {"h": h, "q": q, "attn": attn, "merged": merged, "h2": h2, "up": up, "act": act, "causal": causal}
 
 
 def block_backward(s: OpStream, saved: dict, batch: int, seq: int, d: int, heads: int) -> None:
@@ -91,7 +91,7 @@ def block_backward(s: OpStream, saved: dict, batch: int, seq: int, d: int, heads
                   [s.t(batch, heads, seq, hd)])
     s.op("aten::_scaled_dot_product_flash_attention_for_cpu_backward",
          [g_attn, q, q, q, attn, s.t(batch, heads, seq)],
-         [s.t(batch, heads, seq, hd)] * 3, is_causal=True, dropout_p=0.0)
+         [s.t(batch, heads, seq, hd)] * 3, is_causal=saved.get("causal", True), dropout_p=0.0)
     g_qkv = s.op("aten::cat", [s.t(tokens, d)] * 3, [s.t(tokens, 3 * d)], dim=1)
     g_h = s.linear_backward(g_qkv, h, d, 3 * d)
     s.op("aten::add", [g, s.layer_norm_backward(g_h, d)], [s.t(tokens, d)], alpha=1)
@@ -102,6 +102,20 @@ def transformer_block(s: OpStream, batch: int, seq: int, d: int, heads: int, bac
     saved = block_forward(s, batch, seq, d, heads)
     if backward:
         block_backward(s, saved, batch, seq, d, heads)
+
+
+def lm_loss_backward(s: OpStream, logits: TensorDesc, h: TensorDesc, wte: TensorDesc) -> TensorDesc:
+    """Cross-entropy over tied-embedding logits and its backward to the head input and the table."""
+    (tokens, vocab), d = logits.shape, h.shape[-1]
+    logp = s.op("aten::_log_softmax", [logits], [s.t(tokens, vocab)], dim=1, half_to_float=False)
+    target = s.t(tokens, dtype="int64")
+    s.op("aten::nll_loss_forward", [logp, target], [s.t(), s.t()], reduction=1, ignore_index=-100)
+    g = s.op("aten::nll_loss_backward", [s.t(), logp, target, s.t()], [s.t(tokens, vocab)],
+             reduction=1, ignore_index=-100)
+    g = s.op("aten::_log_softmax_backward_data", [g, logp], [s.t(tokens, vocab)], dim=1, input_dtype=s.dtype)
+    s.op("aten::mm", [g, wte], [s.t(tokens, d)])
+    s.op("aten::mm", [s.view(g, vocab, tokens, strides=(1, vocab)), h], [s.t(vocab, d)])
+    return g
 
 
 def gpt2_training_step(batch: int = 8, seq: int = 128, layers: int = 12, d: int = 768, heads: int = 12,
@@ -116,14 +130,7 @@ def gpt2_training_step(batch: int = 8, seq: int = 128, layers: int = 12, d: int 
     saved = [block_forward(s, batch, seq, d, heads) for _ in range(layers)]
     h = s.layer_norm(s.t(tokens, d), d)
     logits = s.op("aten::mm", [h, s.view(wte, d, vocab, strides=(1, d))], [s.t(tokens, vocab)])
-    logp = s.op("aten::_log_softmax", [logits], [s.t(tokens, vocab)], dim=1, half_to_float=False)
-    target = s.t(tokens, dtype="int64")
-    s.op("aten::nll_loss_forward", [logp, target], [s.t(), s.t()], reduction=1, ignore_index=-100)
-    g = s.op("aten::nll_loss_backward", [s.t(), logp, target, s.t()], [s.t(tokens, vocab)],
-             reduction=1, ignore_index=-100)
-    g = s.op("aten::_log_softmax_backward_data", [g, logp], [s.t(tokens, vocab)], dim=1, input_dtype=dtype)
-    s.op("aten::mm", [g, wte], [s.t(tokens, d)])
-    s.op("aten::mm", [s.view(g, vocab, tokens, strides=(1, vocab)), h], [s.t(vocab, d)])
+    lm_loss_backward(s, logits, h, wte)
     s.layer_norm_backward(s.t(tokens, d), d)
     for block in reversed(saved):
         block_backward(s, block, batch, seq, d, heads)

@@ -33,12 +33,16 @@ class Profile:
     """Tables, counters and views of one profiled run.
 
     ``meta`` carries how the run was made (device, target, compiled, wall_time_s, ...);
-    ``result`` holds what the profiled callable returned, when there was one.
+    ``result`` holds what the profiled callable returned, when there was one; ``workload`` what
+    the NeuronCore was fed (kept by ``profile()``), which :meth:`time_band` replays.
     """
 
     def __init__(self, traces=(), graphs=(), *, meta: dict | None = None):
         self.meta: dict = dict(meta or {})
         self.result = None
+        self.workload: list | None = None
+        self.workload_target = None          # the NeuronConfig the workload ran on
+        self.band = None
         self._attach(traces, graphs)
 
     @classmethod
@@ -52,6 +56,7 @@ class Profile:
         self.graphs = expand_graphs(graphs)
         for name in ("trace", "ops", "instructions", "fallbacks", "timeline", "memory"):
             self.__dict__.pop(name, None)
+        self.band = None
 
     # -- data ------------------------------------------------------------------------------
     @cached_property
@@ -68,7 +73,23 @@ class Profile:
         out["graph_break_count"] = sum(len(g.graph_breaks) for g in self.graphs)
         if "wall_time_s" in self.meta:
             out["host_wall_time"] = float(self.meta["wall_time_s"])
+        if self.band is not None:
+            out["total_time_low"], out["total_time_high"] = self.band.low_ns * 1e-9, self.band.high_ns * 1e-9
         return out
+
+    def time_band(self):
+        """The simulated time with its error band (``backend.sim.sensitivity.TimeBand``): the run
+        replayed with every modelling assumption at its plausible range ends. Costs about two
+        replays per assumption, so it runs on request; afterwards ``summary`` carries
+        ``total_time_low`` / ``total_time_high``."""
+        if self.workload is None:
+            raise RuntimeError("time_band() needs a NeuronCore profile made by profile(); this one kept no "
+                               "workload to replay")
+        from backend.lowering.timeline import replay
+        from backend.sim.sensitivity import time_band
+        self.band = time_band(lambda target: replay(self.workload, target),
+                              self.workload_target or self.meta.get("target"))
+        return self.band
 
     @cached_property
     def ops(self) -> pd.DataFrame:

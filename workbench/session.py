@@ -33,7 +33,7 @@ def make_sink(device: str, target: str | None = None):
     target = target or DEFAULT_TARGETS.get(device)
     if device == "neuron":
         from backend.lowering import EagerSession
-        return EagerSession(target=target)
+        return EagerSession(target=target, keep_workload=True)
     if device == "cuda":
         from backend.sim.gpu import GpuSession
         return GpuSession(preset=target)
@@ -151,6 +151,8 @@ class ProfileSession:
             trace.hbm_timeline = list(self.sampler.samples)
         # Keep what ran before an exception: a partial profile helps find the failing op.
         self.profile._attach([trace], graphs)
+        self.profile.workload = getattr(self.sink, "workload", None)
+        self.profile.workload_target = getattr(self.sink, "target", None)
         if exc_type is not None:
             self.profile.meta["error"] = f"{exc_type.__name__}: {exc}"
         log.debug("profiled %d ops on %s %s in %.3f s", len(self.sink.trace.ops), self.device, self.target, wall)

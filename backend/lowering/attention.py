@@ -17,10 +17,9 @@ from math import ceil, prod
 from backend.lowering.builder import OpContext, split_even
 from backend.lowering.matmul import tensor_engine_dtype
 from backend.lowering.registry import lowering
+from backend.sim import assumptions
 
 __all__ = ["attention"]
-
-HEAD_GROUPS = 8
 
 
 def attention(ctx: OpContext, *, backward: bool) -> None:
@@ -88,7 +87,7 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
                       row_bytes=(o_t.shape[-1] if o_t.shape else 1) * o_t.itemsize, deps=(last,), repeat=r)
         return last
 
-    sizes = split_even(heads, HEAD_GROUPS)
+    sizes = split_even(heads, assumptions.value("attention.head_groups"))
     fronts, backs = [], []
     for g, r in enumerate(sizes):
         fronts.append(front(r, (backs[g - 2],) if g >= 2 else ()))

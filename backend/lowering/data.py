@@ -1,7 +1,7 @@
 """Data movement: copies and casts, concatenation, padding, allocations, host transfers, fallbacks.
 
 Contiguous copies are HBM->HBM DMAs (the DMA engines cast on the fly). A copy whose source
-runs are shorter than ``MIN_DMA_RUN_BYTES`` (a transpose or permute made contiguous) goes
+runs are shorter than ``data.min_dma_run_bytes`` (an assumption; a transpose or permute made contiguous) goes
 through SBUF and is transposed on TensorE in 128x128 blocks, as a compiler would, rather than
 paying one DMA descriptor per element. Host<->device transfers use the host link; an op
 nothing lowers runs on the host: its inputs go down, the host computes, its outputs come back.
@@ -14,15 +14,15 @@ from backend.lowering.builder import Builder, OpContext
 from backend.sim.flops import op_flops, op_min_bytes
 from backend.lowering.registry import lowering
 from backend.lowering.stream import Stage, TileIO, elementwise_tiling, stream
+from backend.sim import assumptions
 from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.ir import Program
 from backend.sim.presets import NeuronConfig
 
 __all__ = ["contiguous_run", "transfer_program", "fallback_program", "fallback_into", "copy_tensor",
-           "base_program", "zero_fill", "MIN_DMA_RUN_BYTES"]
+           "base_program", "zero_fill"]
 
-MIN_DMA_RUN_BYTES = 512
-TRANSPOSE_BLOCK = 128
+TRANSPOSE_BLOCK = 128           # the PE array's 128x128 (pe_rows x pe_cols)
 
 
 def contiguous_run(t: TensorDesc) -> int:
@@ -45,7 +45,7 @@ def copy_tensor(ctx: OpContext, src_index: int, src: TensorDesc, dst: TensorDesc
     if dst.numel == 0:
         return
     run_bytes = contiguous_run(src) * src.itemsize
-    if run_bytes >= MIN_DMA_RUN_BYTES or src.numel < TRANSPOSE_BLOCK:
+    if run_bytes >= assumptions.value("data.min_dma_run_bytes") or src.numel < TRANSPOSE_BLOCK:
         ids = [ctx.builder.dma(max(src.nbytes, dst.nbytes), src="hbm", dst="hbm",
                                row_bytes=max(src.itemsize, run_bytes), src_bytes=src.nbytes, dst_bytes=dst.nbytes,
                                deps=ctx.ready_deps(src_index))]

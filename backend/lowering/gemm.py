@@ -9,27 +9,22 @@ sums are added into an fp32 SBUF accumulator on VectorE (the NKI tutorial's K-bl
 The plan picks SBUF block sizes (tiles of M, N, K per block) and the loop order by the best
 roofline estimate over TensorE, DMA and VectorE/ScalarE work, subject to the SBUF budget, so
 a large GEMM reuses its stationary and moving blocks and keeps TensorE fed, while naive
-per-tile loading would be DMA-bound. Blocks are emitted in at most ``MAX_BLOCK_GROUPS``
-groups with repeat counts, so the simulator's cost stays bounded for any GEMM size.
+per-tile loading would be DMA-bound. Blocks are emitted in at most ``gemm.max_block_groups``
+groups with repeat counts, so the simulator's cost stays bounded for any GEMM size. The
+blocking knobs are modelling assumptions with plausible ranges (``backend.sim.assumptions``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from math import ceil
 
 from backend.lowering.builder import OpContext, itemsize, split_even
+from backend.sim import assumptions
 from backend.sim.costs import instruction_ns
 from backend.sim.ir import Instruction
 from backend.sim.presets import NeuronConfig
 
-__all__ = ["TensorEngineGemm", "BlockedGemmPlan", "plan_blocked_gemm", "emit_gemm", "SBUF_BUDGET_FRACTION"]
-
-SBUF_BUDGET_FRACTION = 0.9
-MAX_BLOCK_GROUPS = 16
-MAX_K_STEPS = 8
-MAX_PSUM_GROUPS_PER_STEP = 8
-PSUM_TILES_PER_GROUP = 4        # output tiles per PSUM group; two groups in flight = 8 banks
+__all__ = ["TensorEngineGemm", "BlockedGemmPlan", "plan_blocked_gemm", "emit_gemm"]
 
 
 @dataclass(frozen=True)
@@ -103,7 +98,7 @@ def _unit_ns(target: NeuronConfig, **kw) -> float:
     return instruction_ns(Instruction(**kw), target)
 
 
-@lru_cache(maxsize=4096)
+@assumptions.cached(maxsize=4096)
 def plan_blocked_gemm(shape: TensorEngineGemm, target: NeuronConfig) -> BlockedGemmPlan:
     """Choose tiles, SBUF blocks and loop order by estimated time within the SBUF budget."""
     m_tiles, tm = _tiles(shape.m, target.stationary_free_max)
@@ -111,7 +106,7 @@ def plan_blocked_gemm(shape: TensorEngineGemm, target: NeuronConfig) -> BlockedG
     n_tiles, tn = _tiles(shape.n, target.moving_free_max)
     s, s_out = itemsize(shape.dtype), itemsize(shape.out_dtype)
     s_hbm = itemsize(shape.load_dtype or shape.dtype)
-    budget = SBUF_BUDGET_FRACTION * target.sbuf_usable_bytes
+    budget = assumptions.value("gemm.sbuf_budget_fraction") * target.sbuf_usable_bytes
     mm_ns = _unit_ns(target, engine="tensor", opcode="nc_matmul", free_size=tn, stationary_free=tm, dtype=shape.dtype)
     tr_ns = _unit_ns(target, engine="tensor", opcode="nc_transpose", free_size=tm, stationary_free=tk, dtype=shape.dtype)
     evac_ns = _unit_ns(target, engine="vector", opcode="tensor_tensor", free_size=tn, dtype="float32",
@@ -165,6 +160,7 @@ def emit_gemm(ctx: OpContext, shape: TensorEngineGemm, plan: BlockedGemmPlan, a:
     a_blk_bytes = plan.bk * tk * plan.bm * tm * s
     b_blk_bytes = plan.bk * tk * plan.bn * tn * s // shape.b_reuse
     out_tiles = plan.bm * plan.bn
+    psum_tiles = assumptions.value("gemm.psum_tiles_per_group")    # two groups in flight = 8 banks
     bias_ids: tuple = ()
     if bias is not None and shape.bias == "row":
         row = tn * plan.bn * itemsize(shape.bias_dtype)
@@ -197,10 +193,10 @@ def emit_gemm(ctx: OpContext, shape: TensorEngineGemm, plan: BlockedGemmPlan, a:
     a_rows, a_row = (plan.bm * tm, plan.bk * tk * s_hbm) if shape.a_transposed else (plan.bk * tk, plan.bm * tm * s_hbm)
     b_rows, b_row = (plan.bn * tn, plan.bk * tk * s_hbm) if shape.b_transposed else (plan.bk * tk, plan.bn * tn * s_hbm)
     cast = s_hbm / s                # HBM bytes per SBUF byte of an operand block
-    for g, r in enumerate(split_even(blocks, MAX_BLOCK_GROUPS)):
+    for g, r in enumerate(split_even(blocks, assumptions.value("gemm.max_block_groups"))):
         a_loads, b_loads = loads_in(start, r)
         start += r
-        k_groups = split_even(n_kb, MAX_K_STEPS)
+        k_groups = split_even(n_kb, assumptions.value("gemm.max_k_steps"))
         last_evacs: list[int] = []
         for kg, kr in enumerate(k_groups):
             war = (step_hist[-2],) if len(step_hist) >= 2 else ()
@@ -214,10 +210,10 @@ def emit_gemm(ctx: OpContext, shape: TensorEngineGemm, plan: BlockedGemmPlan, a:
             if b_ids:
                 ready_b_step = b_ids
             first, last = kg == 0, kg == len(k_groups) - 1
-            subs = split_even(ceil(out_tiles / PSUM_TILES_PER_GROUP), MAX_PSUM_GROUPS_PER_STEP)
+            subs = split_even(ceil(out_tiles / psum_tiles), assumptions.value("gemm.max_psum_groups_per_step"))
             tiles_left = out_tiles
             for j, n_groups in enumerate(subs):
-                tiles = min(tiles_left, n_groups * PSUM_TILES_PER_GROUP)
+                tiles = min(tiles_left, n_groups * psum_tiles)
                 tiles_left -= tiles
                 bank_war = (evac_hist[-2],) if len(evac_hist) >= 2 else ()
                 mm = bld.matmul(k=tk, m=tm, n=tn, dtype=shape.dtype, repeat=r * kr * plan.bk * tiles,
@@ -247,7 +243,7 @@ def emit_gemm(ctx: OpContext, shape: TensorEngineGemm, plan: BlockedGemmPlan, a:
             store_hist.append(last_evacs[-1])
         ctx.set_ready(out, last_evacs[-1:])
     bld.note_sbuf(plan.sbuf_bytes)
-    bld.note_psum(2 * PSUM_TILES_PER_GROUP * t.partitions * t.psum_bank_bytes)
+    bld.note_psum(2 * psum_tiles * t.partitions * t.psum_bank_bytes)
 
 
 def _load_operand(ctx: OpContext, index: int, loads: int, block_bytes: int, cast: float, rows: int, row_bytes: int,
@@ -274,7 +270,8 @@ def _load_operand(ctx: OpContext, index: int, loads: int, block_bytes: int, cast
     if not transposed:
         return ids
     tr = bld.matmul(k=part, m=free, n=part, dtype=dtype, deps=ids, repeat=loads * blocks, opcode="nc_transpose")
-    copies = ceil(blocks / PSUM_TILES_PER_GROUP)
-    cp = bld.compute("scalar", "tensor_copy", free_size=min(blocks, PSUM_TILES_PER_GROUP) * part, partitions=free,
+    psum_tiles = assumptions.value("gemm.psum_tiles_per_group")
+    copies = ceil(blocks / psum_tiles)
+    cp = bld.compute("scalar", "tensor_copy", free_size=min(blocks, psum_tiles) * part, partitions=free,
                      dtype="float32", out_dtype=dtype, src="psum", deps=(tr,), repeat=loads * copies)
     return (cp,)

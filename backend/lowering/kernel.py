@@ -13,16 +13,15 @@ from collections.abc import Collection, Mapping, Sequence
 from backend.lowering.builder import Builder, OpContext
 from backend.lowering.data import fallback_into
 from backend.lowering.eager import lower_into
+from backend.sim import assumptions
 from backend.sim.flops import op_flops
 from backend.sim.descriptors import OpRecord
 from backend.sim.ir import Program
 from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
 
-__all__ = ["lower_kernel", "RESIDENT_FRACTION"]
+__all__ = ["lower_kernel"]
 
 Ref = tuple[int, int]     # (record position in the group, input or output position)
-# Share of usable SBUF that resident intermediates may take; the rest is the ops' working tiles.
-RESIDENT_FRACTION = 0.5
 
 
 def _peak(resident: set, sizes: dict, last_use: dict, n: int) -> int:
@@ -93,7 +92,7 @@ def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronCon
                       output_shapes=", ".join(f"{records[j].outputs[k].dtype}{list(records[j].outputs[k].shape)}"
                                               for j, k in sorted(escaping)),
                       source=next((r.source for r in records if r.source), None))
-    resident, program.info.spill_bytes = _plan_residency(records, links, int(RESIDENT_FRACTION * t.sbuf_usable_bytes))
+    resident, program.info.spill_bytes = _plan_residency(records, links, int(assumptions.value("kernel.resident_fraction") * t.sbuf_usable_bytes))
     b = Builder(program, t)
     ready: dict = {}            # producer output -> instruction ids after which it is available
     for j, rec in enumerate(records):

@@ -17,13 +17,12 @@ from backend.lowering.data import zero_fill
 from backend.lowering.matmul import gemm
 from backend.lowering.registry import lowering
 from backend.lowering.stream import TileIO, scalar_stage, stream, vector_stage
+from backend.sim import assumptions
 from backend.sim.descriptors import TensorDesc
 
 __all__ = ["row_pipeline", "reduced_dims"]
 
-BN_STATS_FMAX = 512
-_CHUNK_ELEMS = 4096           # free elements per chunk of a row that does not fit SBUF
-_ROW_BUFFERS = 4              # row tiles in flight per partition (in, out, double-buffered)
+BN_STATS_FMAX = 512             # bn_stats reads at most 512 elements per partition (ISA)
 
 
 def reduced_dims(t: TensorDesc, attrs: dict) -> tuple[int, ...]:
@@ -48,8 +47,8 @@ def row_pipeline(ctx: OpContext, rows: int, width: int, stages: list, *, row_inp
     t = ctx.target
     parts = min(t.partitions, max(1, rows))
     widest = max((ctx.inputs[i].itemsize for i in row_inputs if ctx.inputs[i].numel), default=4)
-    fits = width * widest * _ROW_BUFFERS <= t.sbuf_partition_bytes
-    chunk = width if fits else min(width, _CHUNK_ELEMS)
+    fits = width * widest * assumptions.value("reductions.row_buffers") <= t.sbuf_partition_bytes
+    chunk = width if fits else min(width, assumptions.value("reductions.chunk_elems"))
     chunks = ceil(width / chunk)
     passes = 2 if two_pass and chunks > 1 else 1
     if chunks > 1:

@@ -19,6 +19,7 @@ from backend.lowering.data import zero_fill
 from backend.lowering.indexing import indirect_copy
 from backend.lowering.registry import lowering
 from backend.lowering.stream import plane_stream, vector_stage
+from backend.sim import assumptions
 
 __all__ = ["interpolation_taps"]
 
@@ -27,7 +28,6 @@ _NEAREST = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_
 _LINEAR = ("upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "_upsample_bilinear2d_aa")
 _CUBIC = ("upsample_bicubic2d", "_upsample_bicubic2d_aa")
 GRID_CORNERS = {0: 4, 1: 1, 2: 16}      # grid_sampler interpolation_mode: bilinear, nearest, bicubic
-_COORD_PASSES = 6                       # unnormalise, clip/reflect, floor, two weights, flat index
 
 
 def interpolation_taps(name: str) -> int:
@@ -89,7 +89,7 @@ def _grid_points(ctx: OpContext, x, grid, points: int) -> tuple[int, int, tuple]
     load = ctx.ready_deps(2 if "backward" in ctx.record.name else 1) or (
         b.dma(grid.nbytes, src="hbm", dst="sbuf", partitions=parts, row_bytes=max(1, grid.nbytes // parts)),)
     coords = b.compute("vector", "tensor_scalar", free_size=ceil(2 * points / parts), partitions=parts,
-                       dtype=grid.dtype, deps=load, repeat=_COORD_PASSES, flops=ceil(2 * points / parts))
+                       dtype=grid.dtype, deps=load, repeat=assumptions.value("resample.coord_passes"), flops=ceil(2 * points / parts))
     channels = x.shape[1] if len(x.shape) > 1 else 1
     corners = GRID_CORNERS.get(int(ctx.attrs.get("interpolation_mode", 0) or 0), 4)
     channels_last = x.strides is not None and len(x.strides) > 1 and x.strides[1] == 1 and channels > 1

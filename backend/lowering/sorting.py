@@ -24,13 +24,13 @@ from math import ceil, log2
 from backend.lowering.builder import OpContext
 from backend.lowering.registry import lowering
 from backend.lowering.stream import Stage, TileIO, stream, vector_stage
+from backend.sim import assumptions
 from backend.sim.costs import instruction_ns
 from backend.sim.ir import Instruction
 
 __all__ = ["bitonic_stages", "sort_stages", "MAX8_FREE_MAX"]
 
 MAX8_FREE_MAX = 16384           # elements per partition one max8 may read (ISA)
-SEGMENT_MIN = 512               # smallest piece of a row worth its own partition
 _INDEX_BYTES = 4                # indices travel as int32 on chip
 
 
@@ -123,7 +123,7 @@ def _topk(ctx: OpContext) -> None:
     k = min(n, max(1, int(ctx.attrs.get("k", 1) or 1)))
     k8 = 8 * ceil(k / 8)
     negate = ctx.attrs.get("largest", True) is False
-    split = 1 if rows >= t.partitions else max(1, min(t.partitions // rows, n // SEGMENT_MIN))
+    split = 1 if rows >= t.partitions else max(1, min(t.partitions // rows, n // assumptions.value("sorting.segment_min")))
     seg = ceil(n / split)
     # a chunk is one max8's reach and, double-buffered, a quarter of the partition's SBUF
     limit = min(MAX8_FREE_MAX, t.sbuf_partition_bytes // (8 * x.itemsize))

@@ -13,17 +13,15 @@ from dataclasses import dataclass, field
 from math import ceil
 
 from backend.lowering.builder import OpContext, itemsize, split_even
+from backend.sim import assumptions
 from backend.sim.presets import NeuronConfig
 
 __all__ = ["Stage", "TileIO", "stream", "elementwise_tiling", "plane_stream", "plane_tiling", "vector_stage",
-           "scalar_stage", "TILE_BYTES_PER_PARTITION", "PLANE_BYTES_PER_PARTITION", "MAX_GROUPS"]
+           "scalar_stage"]
 
-# 8 KiB per partition per operand tile: past the >= 4 KiB DMA knee, small next to SBUF.
-TILE_BYTES_PER_PARTITION = 8 * 1024
-# Plane ops hold every operand's share of a plane at once; double-buffered that is 64 KiB of a
-# partition's ~190 KiB, leaving room for the engines' scratch.
-PLANE_BYTES_PER_PARTITION = 32 * 1024
-MAX_GROUPS = 8
+# Tile sizes and group counts are modelling assumptions (backend.sim.assumptions): stream.tile_bytes_
+# per_partition (8 KiB, past the >= 4 KiB DMA knee), stream.plane_bytes_per_partition (plane ops
+# hold every operand's share of a plane at once) and stream.max_groups.
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,7 @@ def elementwise_tiling(numel: int, dtype: str, target: NeuronConfig) -> tuple[in
     """(tiles, partitions, free elements per partition) covering ``numel`` elements."""
     numel = max(1, numel)
     partitions = min(target.partitions, numel)
-    free_target = max(1, TILE_BYTES_PER_PARTITION // itemsize(dtype))
+    free_target = max(1, assumptions.value("stream.tile_bytes_per_partition") // itemsize(dtype))
     if numel <= partitions * free_target:
         return 1, partitions, ceil(numel / partitions)
     tiles = ceil(numel / (partitions * free_target))
@@ -80,13 +78,13 @@ def elementwise_tiling(numel: int, dtype: str, target: NeuronConfig) -> tuple[in
 
 
 def stream(ctx: OpContext, *, tiles: int, partitions: int, stages: list[Stage], loads: list[TileIO],
-           stores: list[TileIO], bufs: int = 2, max_groups: int = MAX_GROUPS, extra_deps: tuple = (),
+           stores: list[TileIO], bufs: int = 2, max_groups: int | None = None, extra_deps: tuple = (),
            extra_sbuf_bytes: int = 0) -> list[int]:
     """Emit the pipeline; returns the last compute instruction of each tile group."""
     if not stages:
         raise ValueError(f"{ctx.record.name}: a tile pipeline needs at least one compute stage")
     b = ctx.builder
-    sizes = split_even(tiles, max_groups)
+    sizes = split_even(tiles, max_groups or assumptions.value("stream.max_groups"))
     groups = len(sizes)
     once_deps = list(extra_deps)
     for io in (io for io in loads if io.once):
@@ -143,8 +141,9 @@ def plane_tiling(ctx: OpContext, planes: int, loads: tuple, stores: tuple) -> tu
     planes = max(1, planes)
     ops = [ctx.inputs[i] for i in loads] + [ctx.outputs[k] for k in stores if k < len(ctx.outputs)]
     plane_bytes = max(1, sum(ceil(d.numel / planes) * d.itemsize for d in ops))
-    bands = ceil(plane_bytes / PLANE_BYTES_PER_PARTITION)
-    pack = max(1, min(ceil(planes / t.partitions), PLANE_BYTES_PER_PARTITION // plane_bytes))
+    share = assumptions.value("stream.plane_bytes_per_partition")
+    bands = ceil(plane_bytes / share)
+    pack = max(1, min(ceil(planes / t.partitions), share // plane_bytes))
     slots = ceil(planes / pack)
     partitions = min(t.partitions, slots)
     tiles = ceil(slots / partitions) * bands

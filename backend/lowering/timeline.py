@@ -10,24 +10,33 @@ from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
 from backend.sim.scheduler import Simulator
 from backend.sim.trace import OpSummary, Trace
 
-__all__ = ["EagerSession", "simulate"]
+__all__ = ["EagerSession", "simulate", "replay"]
 
 
 class EagerSession:
     """Ops fed one at a time run back to back on one simulated NeuronCore.
 
     ``feed`` lowers and simulates an eager op; ``feed_program`` runs an already lowered
-    Program (a compiled kernel from ``lower_kernel``) on the same timeline.
+    Program (a compiled kernel from ``lower_kernel``) on the same timeline. With
+    ``keep_workload`` the session remembers what it was fed (``workload``), so the run can be
+    replayed under other assumptions (``replay``, ``backend.sim.sensitivity``); long-lived
+    sessions leave it off.
     """
 
-    def __init__(self, target: str | NeuronConfig = DEFAULT_NEURON_TARGET, max_events: int = 200_000):
+    def __init__(self, target: str | NeuronConfig = DEFAULT_NEURON_TARGET, max_events: int = 200_000,
+                 keep_workload: bool = False):
         self.target = get_target(target)
         self._sim = Simulator(self.target, max_events=max_events)
+        self.workload: list[OpRecord | Program] | None = [] if keep_workload else None
 
     def feed(self, record: OpRecord) -> None:
+        if self.workload is not None:
+            self.workload.append(record)
         self._sim.feed(lower(record, self.target))
 
     def feed_program(self, program: Program) -> OpSummary:
+        if self.workload is not None:
+            self.workload.append(program)
         return self._sim.feed(program)
 
     @property
@@ -40,6 +49,8 @@ class EagerSession:
 
     def reset(self) -> None:
         self._sim.reset()
+        if self.workload is not None:
+            self.workload.clear()
 
 
 def simulate(records: Iterable[OpRecord], target: str | NeuronConfig = DEFAULT_NEURON_TARGET, max_events: int = 200_000) -> Trace:
@@ -48,3 +59,20 @@ def simulate(records: Iterable[OpRecord], target: str | NeuronConfig = DEFAULT_N
     for record in records:
         session.feed(record)
     return session.trace
+
+
+def replay(workload: Iterable[OpRecord | Program], target: str | NeuronConfig = DEFAULT_NEURON_TARGET) -> float:
+    """Simulated ns of a kept workload on ``target``: eager records are lowered again (so lowering
+    assumptions apply); compiled kernels keep their lowered program and are re-costed. Records
+    that differ only in position (a loop's ops) share one lowered program."""
+    sim = Simulator(get_target(target), max_events=0)
+    programs: dict = {}
+    for item in workload:
+        if isinstance(item, OpRecord):
+            key = (item.name, item.inputs, item.outputs, repr(item.attrs), item.is_view, item.fallback, item.transfer)
+            program = programs.get(key)
+            if program is None:
+                program = programs[key] = lower(item, sim.target)
+            item = program
+        sim.feed(item)
+    return sim.trace.total_time_ns

@@ -112,9 +112,13 @@ class NeuronConfig(HardwareConfig):
     dma_fixed_latency_ns: float = spec(1300.0, unit="ns",
                                        source=DMA_BW_GUIDE + " (~1300 ns semaphore-to-start, cross-engine)",
                                        help="fixed start latency of a DMA, semaphore to first byte")
-    dma_descriptor_overhead_bytes: int = spec(256, unit="B",
-                                              source="shared/hardware.md (< 256 B per partition is "
-                                                     "overhead-bound), " + DMA_BW_GUIDE,
+    dma_descriptor_overhead_bytes: int = spec(256, unit="B", plausible=(128, 512),
+                                              source=ASSUMPTION + ": per-descriptor cost as bytes of transfer "
+                                                     "time, from the knees in " + DMA_BW_GUIDE + " (< 256 B "
+                                                     "per partition is overhead-bound; >= 4 KiB saturates, "
+                                                     "which bounds it near 512 B); no per-descriptor figure "
+                                                     "is published (hardware DGE: ~600 ns per DMA "
+                                                     "instruction on NC-v3, not per descriptor)",
                                               help="each descriptor costs at least this many bytes of "
                                                    "transfer time")
 

@@ -14,6 +14,7 @@ from backend.lowering.conv.geometry import WindowProduct
 from backend.lowering.conv.tensor_engine import tensor_window
 from backend.lowering.conv.vector_engine import vector_window
 from backend.lowering.data import zero_fill
+from backend.sim import assumptions
 from backend.sim.ir import Program
 from backend.sim.scheduler import Simulator
 
@@ -30,6 +31,7 @@ def simulated_ns(ctx: OpContext, emitters: list[Emitter]) -> float:
 
 
 _PICKS: dict = {}               # record signature -> the candidate picked at each choice
+assumptions.on_change(_PICKS.clear)     # picks follow costs: a sensitivity pass re-plans
 _PICKS_MAX = 4096
 
 

@@ -28,13 +28,13 @@ from math import ceil, prod
 
 from backend.lowering.builder import Emitter, OpContext, itemsize, split_even
 from backend.lowering.conv.geometry import KernelGradient, WindowProduct
-from backend.lowering.gemm import MAX_BLOCK_GROUPS, TensorEngineGemm, emit_gemm, plan_blocked_gemm
+from backend.lowering.gemm import TensorEngineGemm, emit_gemm, plan_blocked_gemm
 from backend.lowering.matmul import tensor_engine_dtype
-from backend.lowering.stream import PLANE_BYTES_PER_PARTITION
+from backend.sim import assumptions
 
 # Block splits tried for each mapping: the planner's own (fewest, largest blocks), and one block
-# per emitted group, so the first load and the last store are a 16th of the transfers each.
-PIPELINE_BLOCKS = (1, MAX_BLOCK_GROUPS)
+# per emitted group (gemm.max_block_groups), so the first load and the last store are a 16th of
+# the transfers each.
 
 __all__ = ["tap_packings", "tensor_window", "tensor_kernel_gradient"]
 
@@ -96,7 +96,7 @@ def tensor_window(ctx: OpContext, p: WindowProduct) -> list[list[Emitter]]:
         options = []
         for k_tiles, copy_ch in tap_packings(rows, kernel, t.pe_rows):
             tk = ceil(rows * prod(kernel) / k_tiles)
-            for min_blocks in PIPELINE_BLOCKS:
+            for min_blocks in (1, assumptions.value("gemm.max_block_groups")):
                 shape = TensorEngineGemm(batch=ceil(p.groups / g_pack), m=g_pack * p.dst_ch, k=tk * k_tiles,
                                          n=pixels, a_transposed=p.weight_k_contiguous, k_tile=tk, a_blocks=g_pack,
                                          b_reuse=max(1, round(tk * k_tiles * pixels / (copy_ch * share))),
@@ -146,7 +146,7 @@ def _kernel_gradient(ctx: OpContext, kg: KernelGradient, g_pack: int, window_blo
     # Bands of several tiles per DMA; each band of the input also reads the rows its windows
     # reach past it.
     partition_rows = ceil(m / t.partitions) * small.itemsize + ceil(copy_ch / t.partitions) * big.itemsize
-    band = max(1, PLANE_BYTES_PER_PARTITION // (rows * partition_rows))
+    band = max(1, assumptions.value("stream.plane_bytes_per_partition") // (rows * partition_rows))
     halo = (kg.kernel[0] - 1) * kg.dilation[0] * prod(kg.big_spatial[1:]) * copy_ch * big.itemsize
     copies = copy_ch / big_rows
     big_per_pixel = prod(kg.big_spatial) / prod(kg.small_spatial)     # input positions per output one
@@ -155,7 +155,7 @@ def _kernel_gradient(ctx: OpContext, kg: KernelGradient, g_pack: int, window_blo
     band, pieces = _fit_bands(t.sbuf_usable_bytes - staging, band, per_tile)
     trs: list[int] = []
     pending: tuple = ()
-    sizes = split_even(tiles, MAX_BLOCK_GROUPS)
+    sizes = split_even(tiles, assumptions.value("gemm.max_block_groups"))
     for g, r in enumerate(sizes):
         war = (trs[g - 2],) if g >= 2 else ()         # double-buffered bands
         loads: tuple = ()

@@ -21,12 +21,11 @@ from math import ceil, prod
 
 from backend.lowering.builder import Emitter, OpContext, itemsize
 from backend.lowering.conv.geometry import KernelGradient, WindowProduct, halo_rows
-from backend.lowering.stream import PLANE_BYTES_PER_PARTITION, Stage, TileIO, stream
+from backend.lowering.stream import Stage, TileIO, stream
+from backend.sim import assumptions
 from backend.sim.presets import NeuronConfig
 
 __all__ = ["vector_window", "vector_kernel_gradient", "band_tiling"]
-
-BUFFERS = 2                 # band buffers per operand: the next band loads while this one computes
 
 
 def band_tiling(planes: int, rows: int, band_bytes, target: NeuronConfig) -> tuple[int, int, int]:
@@ -34,7 +33,8 @@ def band_tiling(planes: int, rows: int, band_bytes, target: NeuronConfig) -> tup
     the planes to fill the partitions and few enough rows for a band's operands to fit their
     SBUF share. ``band_bytes(r)`` is the bytes one partition holds for a band of r rows."""
     bands = min(rows, max(1, ceil(target.partitions / planes)))
-    while bands < rows and BUFFERS * band_bytes(ceil(rows / bands)) > PLANE_BYTES_PER_PARTITION:
+    buffers, share = assumptions.value("conv.band_buffers"), assumptions.value("stream.plane_bytes_per_partition")
+    while bands < rows and buffers * band_bytes(ceil(rows / bands)) > share:
         bands = min(rows, bands + max(1, bands // 4))
     band_rows = ceil(rows / bands)
     slots = planes * ceil(rows / band_rows)
@@ -91,7 +91,7 @@ def vector_window(ctx: OpContext, p: WindowProduct) -> Emitter:
         loads.append(_once(ctx, p.bias, 1, parts))
     stores = [TileIO(p.out, parts * dst_free * out.itemsize, dst_free * out.itemsize, parts)]
     return lambda c: stream(c, tiles=tiles, partitions=parts, stages=stages, loads=loads, stores=stores,
-                            bufs=BUFFERS)
+                            bufs=assumptions.value("conv.band_buffers"))
 
 
 def vector_kernel_gradient(ctx: OpContext, kg: KernelGradient) -> Emitter:
@@ -124,7 +124,7 @@ def vector_kernel_gradient(ctx: OpContext, kg: KernelGradient) -> Emitter:
 
     def emit(c: OpContext) -> None:
         b = c.builder
-        last = stream(c, tiles=tiles, partitions=parts, stages=stages, loads=loads, stores=[], bufs=BUFFERS)
+        last = stream(c, tiles=tiles, partitions=parts, stages=stages, loads=loads, stores=[], bufs=assumptions.value("conv.band_buffers"))
         fold = b.matmul(k=parts, m=channels, n=min(sums, t.moving_free_max), dtype="float32", deps=last,
                         repeat=tiles * moving_tiles)
         blocks = ceil(kg.groups * kg.small_ch / t.partitions)

@@ -6,18 +6,17 @@ per element, since it runs as a software loop with the same fixed start cost.
 """
 from __future__ import annotations
 
+import backend.sim.assumptions as assumptions
 from backend.sim.costs.registry import cost, engine_cycles_ns
 from backend.sim.ir import Instruction
 from backend.sim.presets import NeuronConfig
 
-__all__ = ["GPSIMD_START_CYCLES"]
-
-GPSIMD_START_CYCLES = 150
+__all__ = []
 
 
 @cost("gpsimd", "iota", "affine_select", "local_gather", "dma_descriptor_gen", "scatter_add", "rng")
 def _software_loop(instr: Instruction, target: NeuronConfig) -> float:
-    return engine_cycles_ns("gpsimd", GPSIMD_START_CYCLES + instr.free_size / target.gpsimd_rate, target, instr)
+    return engine_cycles_ns("gpsimd", assumptions.value("gpsimd.start_cycles") + instr.free_size / target.gpsimd_rate, target, instr)
 
 
 @cost("gpsimd", "memset", "tensor_copy", "tensor_tensor", "tensor_scalar")

@@ -5,6 +5,7 @@ fp32 inputs (the engine runs fp32 at quarter rate); fp8 runs at the target's fp8
 """
 from __future__ import annotations
 
+import backend.sim.assumptions as assumptions
 from backend.sim.costs.registry import cost
 from backend.sim.ir import Instruction
 from backend.sim.presets import NeuronConfig
@@ -13,7 +14,7 @@ __all__ = ["matmul_cycles"]
 
 
 def matmul_cycles(stationary_free: int, moving_free: int, dtype: str, target: NeuronConfig) -> float:
-    base = max(min(64, stationary_free), moving_free)
+    base = max(min(assumptions.value("tensor.matmul_min_stationary_cycles"), stationary_free), moving_free)
     if dtype == "float32":
         return base / target.fp32_matmul_rate
     if dtype.startswith("float8"):
@@ -24,5 +25,7 @@ def matmul_cycles(stationary_free: int, moving_free: int, dtype: str, target: Ne
 @cost("tensor", "nc_matmul", "nc_transpose")
 def _matmul_ns(instr: Instruction, target: NeuronConfig) -> float:
     cycles = matmul_cycles(instr.stationary_free, instr.free_size, instr.dtype, target)
-    # The ISA figure is already the pipelined average, so no MIN_II floor, only the access overhead.
-    return (cycles + target.access_overhead_cycles) * 1e9 / target.tensor_clock_hz
+    # The ISA figure is already the pipelined average, so no MIN_II floor; whether the access
+    # overhead comes on top of it is an assumption (tensor.matmul_access_overhead_share).
+    share = assumptions.value("tensor.matmul_access_overhead_share")
+    return (cycles + share * target.access_overhead_cycles) * 1e9 / target.tensor_clock_hz

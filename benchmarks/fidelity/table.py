@@ -1,0 +1,140 @@
+"""The fidelity table: every published result in shared/hardware.md the simulator can run on one
+core, predicted against published, with the error band from ``backend.sim.sensitivity``.
+
+Rows that cannot run yet are printed with the reason, never dropped. Nothing is tuned per row:
+every prediction comes from the same presets, assumptions, lowering and scheduler.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from collections.abc import Callable
+
+from backend.sim import get_target
+from backend.sim.presets import NeuronConfig
+from backend.sim.sensitivity import TimeBand, format_ns, time_band
+from benchmarks.fidelity import kernels, workloads
+
+__all__ = ["Row", "neuron_rows", "gpu_rows", "format_table"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table; ``band`` is None for rows that did not run (``note`` says why)."""
+
+    workload: str
+    predicted_ns: float | None
+    published_ns: float | None
+    band: TimeBand | None = None
+    note: str = ""
+    predicted_high_ns: float | None = None      # a bracket's upper end, when the workload is one
+
+    def __post_init__(self) -> None:
+        if self.predicted_high_ns is not None and self.predicted_ns is not None \
+                and abs(self.predicted_high_ns - self.predicted_ns) <= 1e-6 * self.predicted_ns:
+            object.__setattr__(self, "predicted_high_ns", None)       # the bracket closed: one value
+
+    @property
+    def ratio(self) -> str:
+        if self.predicted_ns is None or not self.published_ns:
+            return "-"
+        low = self.predicted_ns / self.published_ns
+        if self.predicted_high_ns is None:
+            return f"{low:.3f}"
+        return f"{low:.2f}..{self.predicted_high_ns / self.published_ns:.2f}"
+
+    @property
+    def predicted(self) -> str:
+        if self.predicted_ns is None:
+            return "not run"
+        text = format_ns(self.predicted_ns)
+        return text if self.predicted_high_ns is None else f"{text}..{format_ns(self.predicted_high_ns)}"
+
+    @property
+    def band_text(self) -> str:
+        if self.band is None:
+            return "-"
+        return f"{format_ns(self.band.low_ns)}-{format_ns(self.band.high_ns)}"
+
+
+def _timed(name: str, run: Callable[[NeuronConfig], float], target: NeuronConfig, published_ns: float,
+           note: str) -> Row:
+    band = time_band(run, target)
+    dominant = ", ".join(e.knob.name for e in band.dominant(2))
+    return Row(name, band.nominal_ns, published_ns, band, note + (f"; dominant: {dominant}" if dominant else ""))
+
+
+def _bracket(name: str, variant: str, target: NeuronConfig, published_ns: float) -> Row:
+    fast = time_band(lambda t: kernels.tutorial_variant_ns(variant, t, True), target)
+    slow = time_band(lambda t: kernels.tutorial_variant_ns(variant, t, False), target)
+    band = TimeBand(fast.nominal_ns, min(fast.low_ns, slow.low_ns), max(fast.high_ns, slow.high_ns),
+                    tuple(sorted(fast.effects + slow.effects, key=lambda e: -e.swing_ns)))
+    dominant = ", ".join(dict.fromkeys(e.knob.name for e in band.dominant(3)))
+    return Row(name, fast.nominal_ns, published_ns, band,
+               "two buffers..one buffer per loop tile" + (f"; dominant: {dominant}" if dominant else ""),
+               predicted_high_ns=slow.nominal_ns)
+
+
+def neuron_rows() -> list[Row]:
+    trn1, trn2 = get_target("trn1"), get_target("trn2")
+    rows = [
+        _bracket("NKI bf16 matmul 4096x8192x8192, naive tiled (trn1)", "naive tiled", trn1, 51.80e6),
+        _bracket("NKI bf16 matmul, hoisted loads (trn1)", "hoisted loads", trn1, 42.96e6),
+        _bracket("NKI bf16 matmul, M/N blocking (trn1)", "M/N blocking", trn1, 22.07e6),
+        _timed("NKI bf16 matmul, fully optimised (trn1)", kernels.matmul_ns, trn1, 6.97e6,
+               "eager aten::mm lowering, lhsT layout"),
+        Row("NKI fused Mamba kernel (b1 s512 c256 n16, trn1)", None, 172.93e3,
+            note="needs an NKI kernel frontend: the simulator runs PyTorch ops, not NKI source"),
+    ]
+    workload, target = workloads.mamba_workload("trn1")
+    rows.append(_timed("Mamba layer, PyTorch reference form (trn1)", lambda t: _replay(workload, t), target, 151.83e6,
+                       f"unfused eager torch on neuron, {len(workload)} ops; published is the XLA-compiled form"))
+    bert = workloads.per_layer_run(workloads.bert_pretraining_step, workloads.BERT_LARGE["layers"])
+    rows.append(_timed("BERT-large pretraining step per core (s128 mb16 bf16, trn1)", bert, trn1, 133.8e6,
+                       "eager op stream fwd+bwd+AdamW, 24 layers from 1 and 2; allreduce excluded"))
+    rows += [
+        Row("Llama-3-8B decode, time per output token (TP32, trn1)", None, 9.95e6,
+            note="needs scale-out (issue 13): a TP32 shard's 64 allreduces per token are the critical path"),
+        _timed("LoRA fine-tune Llama-3.1-8B step per core (s2048 mb1 bf16, trn1)",
+               workloads.per_layer_run(workloads.lora_llama_step, workloads.LLAMA_8B["layers"]), trn1,
+               2 * 2048 / 2952 * 1e9,
+               "third party (2,952 tok/s on a 2-core trn1.2xlarge, reported 68.3% MFU, batch not stated: "
+               "mb1 assumed); published = 2 cores x 2048 tokens / 2,952 tok/s; eager stream, 32 layers "
+               "from 1 and 2"),
+        _timed("DMA 32 KiB HBM->SBUF, one engine (trn2)", kernels.dma_ns, trn2, 1416.0,
+               f"engine bar; {kernels.dma_with_latency_ns('trn2'):.0f} ns with start latency"),
+    ]
+    return rows
+
+
+def _replay(workload, target) -> float:
+    from backend.lowering.timeline import replay
+    return replay(workload, target)
+
+
+def gpu_rows() -> list[Row]:
+    """The GPU table's entries, from ``benchmarks.gpu_gemm.gpu_fidelity_rows`` when it exists."""
+    from benchmarks import gpu_gemm
+    if not hasattr(gpu_gemm, "gpu_fidelity_rows"):
+        return [Row("GPU rows (A100, GH200 bf16 matmul)", None, None, note="pending: benchmarks.gpu_gemm."
+                    "gpu_fidelity_rows() is not there yet")]
+    rows = []
+    for item in gpu_gemm.gpu_fidelity_rows():
+        data = item if isinstance(item, dict) else dict(zip(("workload", "predicted_ns", "published_ns", "note"), item))
+        rows.append(Row(str(data.get("workload", "?")), data.get("predicted_ns"), data.get("published_ns"),
+                        note=str(data.get("note", ""))))
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    """workload | predicted | published | ratio | band, then the notes."""
+    head = ("workload", "predicted", "published", "ratio", "band")
+    cells = [(r.workload, r.predicted, format_ns(r.published_ns) if r.published_ns else "-", r.ratio, r.band_text)
+             for r in rows]
+    widths = [max(len(c[i]) for c in (head, *cells)) for i in range(5)]
+    lines = [" | ".join(h.ljust(w) for h, w in zip(head, widths)), "-|-".join("-" * w for w in widths)]
+    lines += [" | ".join(c.ljust(w) for c, w in zip(cell, widths)) for cell in cells]
+    lines += ["", "notes:"] + [f"  {r.workload}: {r.note}" for r in rows if r.note]
+    return "\n".join(lines)
