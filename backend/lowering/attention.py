@@ -168,7 +168,7 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
     sizes = _group_sizes(heads, per_head, len(stages), t.sbuf_usable_bytes)
     in_flight = max(1, min(len(sizes), t.sbuf_usable_bytes // max(1, per_head * max(sizes))))
     groups[:] = [{} for _ in sizes]
-    software_pipeline(sizes, stages, groups, pipelined=in_flight >= len(stages))
+    software_pipeline(sizes, stages, groups, pipelined=in_flight >= min(len(sizes), len(stages)))
     for kk in range(len(ctx.outputs)):
         ctx.set_ready(kk, (groups[-1]["last"],))
     b.note_sbuf(min(in_flight, len(stages)) * per_head * max(sizes))
