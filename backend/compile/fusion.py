@@ -14,11 +14,15 @@ Rules, applied greedily in topological order:
 
 A node may only join the newest kernel among its inputs' kernels; every other input then comes
 from an older kernel, so kernels stay a DAG and can run in creation order.
+
+``mark_parameters`` flags the graph inputs that are parameters or buffers, so the compiled
+kernels can lay out constant weights once (``kernels.ParamLayout``).
 """
 from __future__ import annotations
 
 import logging
 import operator
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -27,7 +31,8 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from backend.sim.flops import base_name, is_matmul_like
 
-__all__ = ["FusionGroup", "fuse", "node_class", "view_root", "escapes"]
+__all__ = ["FusionGroup", "fuse", "node_class", "view_root", "escapes", "mark_parameters", "is_parameter",
+           "PARAMETER_META"]
 
 log = logging.getLogger(__name__)
 
@@ -331,6 +336,42 @@ def _kernel_name(group: FusionGroup) -> str:
     return f"k{group.index}_{group.kind}_{body}"
 
 
+PARAMETER_META = "neuron_parameter"
+_PRIMAL = re.compile(r"primals_(\d+)")
+
+
+def is_parameter(node: fx.Node) -> bool:
+    """True for a graph input that ``mark_parameters`` found to be a parameter or buffer."""
+    return node.op == "placeholder" and bool(node.meta.get(PARAMETER_META))
+
+
+def mark_parameters(graph: fx.Graph, static_inputs=None) -> int:
+    """Flag the placeholders that hold parameters or buffers; returns how many.
+
+    Dynamo passes parameters as graph inputs, and AOTAutograd lists their positions among the
+    forward's inputs as ``static_input_indices`` (what CUDA graphs use to skip copying them),
+    read from the active tracing context unless ``static_inputs`` is given. Forward and
+    inference graphs take inputs in that order; a backward graph names the forward inputs it
+    reads ``primals_<position + 1>``.
+    """
+    if static_inputs is None:
+        from torch._guards import TracingContext
+
+        context = TracingContext.try_get()
+        static_inputs = getattr(getattr(context, "fw_metadata", None), "static_input_indices", None) or ()
+    static = set(static_inputs)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    backward = any(n.name.startswith("tangents") for n in placeholders)
+    marked = 0
+    for position, node in enumerate(placeholders):
+        primal = _PRIMAL.fullmatch(node.name)
+        index = int(primal.group(1)) - 1 if primal else (None if backward else position)
+        if index in static:
+            node.meta[PARAMETER_META] = True
+            marked += 1
+    return marked
+
+
 def fuse(graph: fx.Graph, *, sbuf_partition_bytes: int = 208 * 1024,
          enabled: bool = True) -> list[FusionGroup]:
     """Partition ``graph`` into kernels (one per compute node when ``enabled`` is False).
@@ -338,6 +379,7 @@ def fuse(graph: fx.Graph, *, sbuf_partition_bytes: int = 208 * 1024,
     ``sbuf_partition_bytes`` is the target's usable SBUF per partition; an attention block is
     only fused when a row of its scores (plus working buffers) fits in it.
     """
+    mark_parameters(graph)
     groups = _Partitioner(graph, sbuf_partition_bytes, enabled).run()
     log.debug("fused %d compute nodes into %d kernels",
               sum(1 for n in graph.nodes if node_class(n) not in ("io", "view")), len(groups))
