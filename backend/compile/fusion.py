@@ -32,7 +32,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from backend.sim.flops import base_name, is_matmul_like
 
 __all__ = ["FusionGroup", "fuse", "node_class", "view_root", "escapes", "mark_parameters", "is_parameter",
-           "PARAMETER_META"]
+           "lays_out_parameters", "PARAMETER_META"]
 
 log = logging.getLogger(__name__)
 
@@ -170,9 +170,11 @@ class _Partitioner:
 
     def _prologues(self, node: fx.Node) -> list[FusionGroup]:
         """Pointwise kernels that feed only ``node`` (a cast, a contiguous copy, a mask): they
-        fold into whichever kernel ``node`` lands in, computed while its operands load."""
+        fold into whichever kernel ``node`` lands in, computed while its operands load. A
+        kernel that only lays out parameters stays apart: it runs once, not every call."""
         return [g for g in self._input_groups(node)
-                if g.kind == "pointwise" and all(self._only_feeds(m, g, node) for m in g.nodes)]
+                if g.kind == "pointwise" and all(self._only_feeds(m, g, node) for m in g.nodes)
+                and not lays_out_parameters(g.nodes)]
 
     def _only_feeds(self, member: fx.Node, group: FusionGroup, node: fx.Node) -> bool:
         for user in member.users:
@@ -337,12 +339,32 @@ def _kernel_name(group: FusionGroup) -> str:
 
 
 PARAMETER_META = "neuron_parameter"
+# Copies that change only where elements sit (with the dtype kept): a layout, not a computation.
+_LAYOUT_COPIES = frozenset({"aten::clone", "aten::contiguous", "aten::_to_copy", "aten::permute_copy",
+                            "aten::transpose_copy", "aten::t_copy"})
 _PRIMAL = re.compile(r"primals_(\d+)")
 
 
 def is_parameter(node: fx.Node) -> bool:
     """True for a graph input that ``mark_parameters`` found to be a parameter or buffer."""
     return node.op == "placeholder" and bool(node.meta.get(PARAMETER_META))
+
+
+def lays_out_parameters(nodes: list) -> bool:
+    """True if ``nodes`` (FX compute nodes, views allowed) only copy parameters into another
+    layout: every compute node is a dtype-keeping copy and every value read from outside is a
+    parameter (through views)."""
+    members = set(nodes)
+    compute = [n for n in nodes if node_class(n) != "view"]
+    for node in compute:
+        target = node.target
+        src = node.args[0] if node.args and isinstance(node.args[0], fx.Node) else None
+        val, src_val = node.meta.get("val"), src.meta.get("val") if src is not None else None
+        if base_name(target._schema.name) not in _LAYOUT_COPIES or not isinstance(val, torch.Tensor) \
+                or not isinstance(src_val, torch.Tensor) or src_val.dtype != val.dtype:
+            return False
+    outside = [view_root(i) for n in compute for i in n.all_input_nodes if view_root(i) not in members]
+    return bool(compute) and bool(outside) and all(is_parameter(n) for n in outside)
 
 
 def mark_parameters(graph: fx.Graph, static_inputs=None) -> int:

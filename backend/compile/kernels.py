@@ -33,7 +33,7 @@ from backend.recording import make_record
 from backend.sim.flops import op_min_bytes, storage_bytes
 from backend.sim.descriptors import OpRecord, TensorDesc
 
-from .fusion import FusionGroup, escapes, is_parameter, node_class, view_root
+from .fusion import FusionGroup, escapes, is_parameter, lays_out_parameters, node_class, view_root
 
 __all__ = ["KernelSpec", "Handoff", "HandoffValue", "ParamLayout", "build_kernels", "source_line", "module_path",
            "node_sources", "has_symbolic_shapes", "ValueCapture"]
@@ -82,9 +82,9 @@ class HandoffValue:
 class Handoff:
     """Values ``producer`` computes that the kernel right after it, ``consumer``, reads."""
 
-    producer: KernelSpec
-    consumer: KernelSpec
-    values: tuple
+    producer: KernelSpec = field(repr=False)
+    consumer: KernelSpec = field(repr=False)
+    values: tuple = ()
     kept: dict = field(default_factory=dict)     # target name -> values kept in SBUF (feed decides)
 
 
@@ -268,7 +268,7 @@ def build_kernels(gm: fx.GraphModule, groups: list, values: dict | None = None,
     kernels = [_kernel(g, by_name, values, sources) for g in groups]
     layouts: dict = {}
     for group, kernel in zip(groups, kernels):
-        kernel.hoisted = _only_lays_out_parameters(group, by_name)
+        kernel.hoisted = lays_out_parameters([by_name[n] for n in group.nodes])
         if not kernel.hoisted:
             _lay_out_parameters(kernel, group, by_name, values, layouts)
     for (g0, k0), (g1, k1) in zip(zip(groups, kernels), zip(groups[1:], kernels[1:])):
@@ -278,26 +278,12 @@ def build_kernels(gm: fx.GraphModule, groups: list, values: dict | None = None,
 
 
 # -- what the compiler does across kernels ----------------------------------------------------
-_COPIES = frozenset({"aten::clone", "aten::contiguous", "aten::_to_copy", "aten::permute_copy",
-                     "aten::transpose_copy", "aten::t_copy"})
 # matmul-like ops -> position of the moving operand B[K, N]; TensorE reads it K-major
 _MOVING_OPERAND = {"aten::mm": 1, "aten::bmm": 1, "aten::addmm": 2, "aten::baddbmm": 2, "aten::matmul": 1}
 
 
 def _schema_name(node: fx.Node) -> str:
     return node.target._schema.name if isinstance(node.target, torch._ops.OpOverload) else ""
-
-
-def _only_lays_out_parameters(group: FusionGroup, by_name: dict) -> bool:
-    """A kernel of copies that keep the dtype, reading parameters only."""
-    compute = [by_name[n] for n in group.nodes if node_class(by_name[n]) != "view"]
-    for node in compute:
-        val, src = node.meta.get("val"), node.args[0] if node.args else None
-        same_dtype = isinstance(src, fx.Node) and isinstance(val, torch.Tensor) \
-            and isinstance(src.meta.get("val"), torch.Tensor) and src.meta["val"].dtype == val.dtype
-        if _schema_name(node) not in _COPIES or not same_dtype:
-            return False
-    return bool(compute) and bool(group.inputs) and all(is_parameter(by_name[n]) for n in group.inputs)
 
 
 def _lay_out_parameters(kernel: KernelSpec, group: FusionGroup, by_name: dict, values: dict, layouts: dict) -> None:
