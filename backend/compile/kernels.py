@@ -270,7 +270,7 @@ def build_kernels(gm: fx.GraphModule, groups: list, values: dict | None = None,
     for group, kernel in zip(groups, kernels):
         kernel.hoisted = lays_out_parameters([by_name[n] for n in group.nodes])
         if not kernel.hoisted:
-            _lay_out_parameters(kernel, group, by_name, values, layouts)
+            _lay_out_parameters(kernel, group, by_name, layouts)
     for (g0, k0), (g1, k1) in zip(zip(groups, kernels), zip(groups[1:], kernels[1:])):
         if not (k0.hoisted or k1.hoisted):
             _link(k0, g0, k1, g1, by_name, values)
@@ -286,7 +286,7 @@ def _schema_name(node: fx.Node) -> str:
     return node.target._schema.name if isinstance(node.target, torch._ops.OpOverload) else ""
 
 
-def _lay_out_parameters(kernel: KernelSpec, group: FusionGroup, by_name: dict, values: dict, layouts: dict) -> None:
+def _lay_out_parameters(kernel: KernelSpec, group: FusionGroup, by_name: dict, layouts: dict) -> None:
     """Read parameters seen through a layout view as matmul operands in the layout TensorE
     wants (row-major B[K, N]); the copy that makes it is a ParamLayout paid once."""
     compute = [by_name[n] for n in group.nodes if node_class(by_name[n]) != "view"]
