@@ -14,11 +14,15 @@ Rules, applied greedily in topological order:
 
 A node may only join the newest kernel among its inputs' kernels; every other input then comes
 from an older kernel, so kernels stay a DAG and can run in creation order.
+
+``mark_parameters`` flags the graph inputs that are parameters or buffers, so the compiled
+kernels can lay out constant weights once (``kernels.ParamLayout``).
 """
 from __future__ import annotations
 
 import logging
 import operator
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -27,7 +31,8 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from backend.sim.flops import base_name, is_matmul_like
 
-__all__ = ["FusionGroup", "fuse", "node_class", "view_root", "escapes"]
+__all__ = ["FusionGroup", "fuse", "node_class", "view_root", "escapes", "mark_parameters", "is_parameter",
+           "lays_out_parameters", "PARAMETER_META"]
 
 log = logging.getLogger(__name__)
 
@@ -165,9 +170,11 @@ class _Partitioner:
 
     def _prologues(self, node: fx.Node) -> list[FusionGroup]:
         """Pointwise kernels that feed only ``node`` (a cast, a contiguous copy, a mask): they
-        fold into whichever kernel ``node`` lands in, computed while its operands load."""
+        fold into whichever kernel ``node`` lands in, computed while its operands load. A
+        kernel that only lays out parameters stays apart: it runs once, not every call."""
         return [g for g in self._input_groups(node)
-                if g.kind == "pointwise" and all(self._only_feeds(m, g, node) for m in g.nodes)]
+                if g.kind == "pointwise" and all(self._only_feeds(m, g, node) for m in g.nodes)
+                and not lays_out_parameters(g.nodes)]
 
     def _only_feeds(self, member: fx.Node, group: FusionGroup, node: fx.Node) -> bool:
         for user in member.users:
@@ -331,6 +338,62 @@ def _kernel_name(group: FusionGroup) -> str:
     return f"k{group.index}_{group.kind}_{body}"
 
 
+PARAMETER_META = "neuron_parameter"
+# Copies that change only where elements sit (with the dtype kept): a layout, not a computation.
+_LAYOUT_COPIES = frozenset({"aten::clone", "aten::contiguous", "aten::_to_copy", "aten::permute_copy",
+                            "aten::transpose_copy", "aten::t_copy"})
+_PRIMAL = re.compile(r"primals_(\d+)")
+
+
+def is_parameter(node: fx.Node) -> bool:
+    """True for a graph input that ``mark_parameters`` found to be a parameter or buffer."""
+    return node.op == "placeholder" and bool(node.meta.get(PARAMETER_META))
+
+
+def lays_out_parameters(nodes: list) -> bool:
+    """True if ``nodes`` (FX compute nodes, views allowed) only copy parameters into another
+    layout: every compute node is a dtype-keeping copy and every value read from outside is a
+    parameter (through views)."""
+    members = set(nodes)
+    compute = [n for n in nodes if node_class(n) != "view"]
+    for node in compute:
+        target = node.target
+        src = node.args[0] if node.args and isinstance(node.args[0], fx.Node) else None
+        val, src_val = node.meta.get("val"), src.meta.get("val") if src is not None else None
+        if base_name(target._schema.name) not in _LAYOUT_COPIES or not isinstance(val, torch.Tensor) \
+                or not isinstance(src_val, torch.Tensor) or src_val.dtype != val.dtype:
+            return False
+    outside = [view_root(i) for n in compute for i in n.all_input_nodes if view_root(i) not in members]
+    return bool(compute) and bool(outside) and all(is_parameter(n) for n in outside)
+
+
+def mark_parameters(graph: fx.Graph, static_inputs=None) -> int:
+    """Flag the placeholders that hold parameters or buffers; returns how many.
+
+    Dynamo passes parameters as graph inputs, and AOTAutograd lists their positions among the
+    forward's inputs as ``static_input_indices`` (what CUDA graphs use to skip copying them),
+    read from the active tracing context unless ``static_inputs`` is given. Forward and
+    inference graphs take inputs in that order; a backward graph names the forward inputs it
+    reads ``primals_<position + 1>``.
+    """
+    if static_inputs is None:
+        from torch._guards import TracingContext
+
+        context = TracingContext.try_get()
+        static_inputs = getattr(getattr(context, "fw_metadata", None), "static_input_indices", None) or ()
+    static = set(static_inputs)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    backward = any(n.name.startswith("tangents") for n in placeholders)
+    marked = 0
+    for position, node in enumerate(placeholders):
+        primal = _PRIMAL.fullmatch(node.name)
+        index = int(primal.group(1)) - 1 if primal else (None if backward else position)
+        if index in static:
+            node.meta[PARAMETER_META] = True
+            marked += 1
+    return marked
+
+
 def fuse(graph: fx.Graph, *, sbuf_partition_bytes: int = 208 * 1024,
          enabled: bool = True) -> list[FusionGroup]:
     """Partition ``graph`` into kernels (one per compute node when ``enabled`` is False).
@@ -338,6 +401,7 @@ def fuse(graph: fx.Graph, *, sbuf_partition_bytes: int = 208 * 1024,
     ``sbuf_partition_bytes`` is the target's usable SBUF per partition; an attention block is
     only fused when a row of its scores (plus working buffers) fits in it.
     """
+    mark_parameters(graph)
     groups = _Partitioner(graph, sbuf_partition_bytes, enabled).run()
     log.debug("fused %d compute nodes into %d kernels",
               sum(1 for n in graph.nodes if node_class(n) not in ("io", "view")), len(groups))

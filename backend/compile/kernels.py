@@ -6,12 +6,24 @@ and compiled kernels go through one cost path. What fusion changes is summarised
 output written) minus what the kernel moves (each external input read once, each value that
 leaves the kernel written once). Whether the kept intermediates really fit on chip is the
 lowering's call; it spills (and counts) what does not.
+
+Across kernels, what the Neuron compiler does for a whole graph is described here and costed
+at feed time (``feed``):
+- ``Handoff``: values one kernel computes and the next reads. Where they fit in SBUF beside
+  both kernels' working sets they stay there: no HBM read in the consumer, and no write in
+  the producer when nothing else reads them.
+- ``ParamLayout``: a matmul operand that is a parameter seen through a layout view (the
+  ``W.t()`` of a linear) is stored once in the layout the matmul wants: the kernel reads it
+  with that layout, and the relayout (a copy) is paid at the first call only. A kernel that
+  only lays out parameters is ``hoisted`` the same way. Parameters are the graph inputs
+  AOTAutograd lists as static (``fusion.mark_parameters``); the optimiser's updates are taken
+  to land in the laid-out copy, as in a whole-step Neuron graph.
 """
 from __future__ import annotations
 
 import operator
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import fx
@@ -21,9 +33,10 @@ from backend.recording import make_record
 from backend.sim.flops import op_min_bytes, storage_bytes
 from backend.sim.descriptors import OpRecord, TensorDesc
 
-from .fusion import FusionGroup, escapes, node_class, view_root
+from .fusion import FusionGroup, escapes, is_parameter, lays_out_parameters, node_class, view_root
 
-__all__ = ["KernelSpec", "build_kernels", "source_line", "module_path", "node_sources", "has_symbolic_shapes", "ValueCapture"]
+__all__ = ["KernelSpec", "Handoff", "HandoffValue", "ParamLayout", "build_kernels", "source_line", "module_path",
+           "node_sources", "has_symbolic_shapes", "ValueCapture"]
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 _GUARD_NAME = re.compile(r"^L\['[^']*'\]")   # Dynamo's name of the compiled module: L['self']
@@ -43,10 +56,45 @@ class KernelSpec:
     # in this kernel or None (read from HBM); for each output, whether it is stored to HBM
     inputs_from: tuple = ()
     outputs_to_hbm: tuple = ()
+    # across kernels (see the module docstring)
+    handoff_in: Handoff | None = None       # from the previous kernel
+    handoff_out: Handoff | None = None      # to the next kernel
+    layouts: tuple = ()                     # ParamLayouts this kernel's records already assume
+    hoisted: bool = False                   # only lays out parameters: runs at the first call
+    done: bool = False                      # hoisted and the graph has run once
 
     @property
     def hbm_bytes_unfused(self) -> int:
         return sum(op_min_bytes(r) for r in self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffValue:
+    """One value a kernel passes to the next: where it is made and read, and its size."""
+
+    output: tuple            # (record, output) in the producer
+    inputs: tuple            # (record, input) positions in the consumer that read it
+    nbytes: int
+    exclusive: bool          # only the consumer reads it: the producer need not store it
+
+
+@dataclass(eq=False, slots=True)
+class Handoff:
+    """Values ``producer`` computes that the kernel right after it, ``consumer``, reads."""
+
+    producer: KernelSpec = field(repr=False)
+    consumer: KernelSpec = field(repr=False)
+    values: tuple = ()
+    kept: dict = field(default_factory=dict)     # target name -> values kept in SBUF (feed decides)
+
+
+@dataclass(eq=False, slots=True)
+class ParamLayout:
+    """A parameter laid out once (first call) in the layout a kernel reads it in."""
+
+    parameter: str           # the graph input's name
+    record: OpRecord         # the relayout: a copy from the parameter's view to the new layout
+    done: bool = False       # the graph has run once: every later call reads the laid-out copy
 
 
 def source_line(node: fx.Node) -> str | None:
@@ -217,4 +265,85 @@ def build_kernels(gm: fx.GraphModule, groups: list, values: dict | None = None,
         values = {n.name: n.meta.get("val") for n in gm.graph.nodes}
     if sources is None:
         sources = node_sources(gm.graph)
-    return [_kernel(g, by_name, values, sources) for g in groups]
+    kernels = [_kernel(g, by_name, values, sources) for g in groups]
+    layouts: dict = {}
+    for group, kernel in zip(groups, kernels):
+        kernel.hoisted = lays_out_parameters([by_name[n] for n in group.nodes])
+        if not kernel.hoisted:
+            _lay_out_parameters(kernel, group, by_name, layouts)
+    for (g0, k0), (g1, k1) in zip(zip(groups, kernels), zip(groups[1:], kernels[1:])):
+        if not (k0.hoisted or k1.hoisted):
+            _link(k0, g0, k1, g1, by_name, values)
+    return kernels
+
+
+# -- what the compiler does across kernels ----------------------------------------------------
+# matmul-like ops -> position of the moving operand B[K, N]; TensorE reads it K-major
+_MOVING_OPERAND = {"aten::mm": 1, "aten::bmm": 1, "aten::addmm": 2, "aten::baddbmm": 2, "aten::matmul": 1}
+
+
+def _schema_name(node: fx.Node) -> str:
+    return node.target._schema.name if isinstance(node.target, torch._ops.OpOverload) else ""
+
+
+def _lay_out_parameters(kernel: KernelSpec, group: FusionGroup, by_name: dict, layouts: dict) -> None:
+    """Read parameters seen through a layout view as matmul operands in the layout TensorE
+    wants (row-major B[K, N]); the copy that makes it is a ParamLayout paid once."""
+    compute = [by_name[n] for n in group.nodes if node_class(by_name[n]) != "view"]
+    used = []
+    for j, node in enumerate(compute):
+        pos = _MOVING_OPERAND.get(_schema_name(node))
+        record = kernel.records[j]
+        if pos is None or pos >= len(record.inputs) or pos >= len(node.args) or not isinstance(node.args[pos], fx.Node):
+            continue
+        operand, desc = node.args[pos], record.inputs[pos]
+        root = view_root(operand)
+        if operand is root or not is_parameter(root) or len(desc.shape) < 2 or desc.strides is None \
+                or desc.is_contiguous:
+            continue
+        laid_out = TensorDesc(desc.shape, desc.dtype)
+        key = (root.name, desc.shape, desc.strides, desc.dtype)
+        if key not in layouts:
+            layouts[key] = ParamLayout(root.name, OpRecord(0, "aten::clone", (desc,), (laid_out,),
+                                                           source=record.source))
+        record.inputs = (*record.inputs[:pos], laid_out, *record.inputs[pos + 1:])
+        if layouts[key] not in used:
+            used.append(layouts[key])
+    kernel.layouts = tuple(used)
+
+
+def _readers(node: fx.Node, k: int | None = None) -> list:
+    """The non-view nodes that read output ``k`` of ``node`` (through views and getitems)."""
+    out = []
+    for user in node.users:
+        if k is not None and user.target is operator.getitem:
+            if user.args[1] == k:
+                out += _readers(user)
+        elif user.op == "call_function" and node_class(user) == "view":
+            out += _readers(user)
+        else:
+            out.append(user)
+    return out
+
+
+def _link(producer: KernelSpec, pgroup: FusionGroup, consumer: KernelSpec, cgroup: FusionGroup,
+          by_name: dict, values: dict) -> None:
+    """The Handoff between two consecutive kernels, if the second reads what the first made."""
+    made_by = [by_name[n] for n in pgroup.nodes if node_class(by_name[n]) != "view"]
+    made = {node.name: j for j, node in enumerate(made_by)}
+    members = {by_name[n] for n in cgroup.nodes}
+    reads: dict = {}
+    for j, node in enumerate(n for n in (by_name[name] for name in cgroup.nodes) if node_class(n) != "view"):
+        for i, (operand, _) in enumerate(_tensor_inputs(node, values)):
+            source, k = _produced_by(operand)
+            if source.name in made:
+                reads.setdefault((made[source.name], k), []).append((j, i))
+    found = []
+    for (j, k), inputs in reads.items():
+        source = made_by[j]
+        tuple_value = isinstance(values.get(source.name), (tuple, list))
+        exclusive = all(r in members for r in _readers(source, k if tuple_value else None))
+        if k < len(producer.records[j].outputs):
+            found.append(HandoffValue((j, k), tuple(inputs), producer.records[j].outputs[k].nbytes, exclusive))
+    if found:
+        producer.handoff_out = consumer.handoff_in = Handoff(producer, consumer, tuple(found))

@@ -16,7 +16,7 @@ from torch import fx
 from backend import recording
 from backend.recording import SIMULATED_DEVICE_TYPES
 
-from .feed import feed_kernel
+from .feed import feed_kernel, first_call_done
 from .kernels import ValueCapture, build_kernels, has_symbolic_shapes
 from .graph_log import CompiledPartInfo
 
@@ -95,6 +95,7 @@ class CompiledPart:
         if not sinks:
             out = self.gm(*args)
             args.clear()
+            first_call_done(self._static or ())
             return out
         kernels = self._static
         if kernels is None:
@@ -115,4 +116,5 @@ class CompiledPart:
             for sink, _with_source in sinks:
                 for kernel in kernels:
                     feed_kernel(sink, kernel)
+        first_call_done(kernels)
         return out

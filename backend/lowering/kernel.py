@@ -5,6 +5,10 @@ of which record is which output of an earlier record. A linked intermediate stay
 (its consumer depends on the producer's tile groups, so elementwise chains pipeline tile by
 tile) unless the live intermediates exceed the SBUF budget; then the largest are spilled:
 stored to HBM and re-read, counted in ``Program.spill_bytes``. One launch per kernel.
+
+A compiled graph may also hand values from one kernel to the next in SBUF: the producer is
+lowered without storing them, the consumer with ``resident_inputs``, which its lowerings see
+as operands already on chip since the kernel began (they load nothing for them).
 """
 from __future__ import annotations
 
@@ -22,6 +26,18 @@ from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
 __all__ = ["lower_kernel"]
 
 Ref = tuple[int, int]     # (record position in the group, input or output position)
+# Stands in for "in SBUF when the kernel starts": lowerings take it as an operand's ready id
+# (so they skip its load), and the kernel's builder drops it from every dependency list.
+_AT_START = -1
+
+
+class _KernelBuilder(Builder):
+    """A Builder whose instructions ignore the at-start marker among their dependencies."""
+
+    def _add(self, ins, reads: tuple = (), writes: tuple = ()) -> int:
+        if _AT_START in ins.deps:
+            ins.deps = tuple(d for d in ins.deps if d != _AT_START)
+        return super()._add(ins, reads, writes)
 
 
 def _peak(resident: set, sizes: dict, last_use: dict, n: int) -> int:
@@ -60,7 +76,7 @@ def _plan_residency(records: Sequence[OpRecord], links: Mapping, budget: int) ->
 def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronConfig = DEFAULT_NEURON_TARGET, *,
                  links: Mapping[Ref, Ref] | None = None, outputs: Collection[Ref] | None = None,
                  inputs_from: Sequence[Sequence] | None = None, outputs_to_hbm: Sequence[Sequence] | None = None,
-                 nodes: Sequence[str] = ()) -> Program:
+                 nodes: Sequence[str] = (), resident_inputs: Collection[Ref] = ()) -> Program:
     """Lower a fused group of ops as one Program.
 
     links: ``{(consumer_pos, input_pos): (producer_pos, output_pos)}`` for every operand that
@@ -70,6 +86,7 @@ def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronCon
     inputs_from / outputs_to_hbm: the same, in the compile path's per-record form (for record j,
         input i comes from ``inputs_from[j][i]`` = (producer, k) or None; output k is stored
         when ``outputs_to_hbm[j][k]``); used when ``links`` / ``outputs`` are not given.
+    resident_inputs: ``(consumer_pos, input_pos)`` operands a previous kernel left in SBUF.
     """
     t = get_target(target)
     if links is None and inputs_from:
@@ -88,19 +105,21 @@ def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronCon
     program = Program(name, "kernel", launch_overhead_ns=t.launch_overhead_ns,
                       flops=sum(op_flops(r) for r in records), nodes=tuple(nodes),
                       input_shapes=", ".join(f"{d.dtype}{list(d.shape)}" for j, r in enumerate(records)
-                                             for i, d in enumerate(r.inputs) if (j, i) not in links),
+                                             for i, d in enumerate(r.inputs)
+                                             if (j, i) not in links and (j, i) not in resident_inputs),
                       output_shapes=", ".join(f"{records[j].outputs[k].dtype}{list(records[j].outputs[k].shape)}"
                                               for j, k in sorted(escaping)),
                       source=next((r.source for r in records if r.source), None))
     resident, program.info.spill_bytes = _plan_residency(records, links, int(assumptions.value("kernel.resident_fraction") * t.sbuf_usable_bytes))
-    b = Builder(program, t)
+    b = _KernelBuilder(program, t)
     ready: dict = {}            # producer output -> instruction ids after which it is available
     for j, rec in enumerate(records):
         src = [links.get((j, i)) for i in range(len(rec.inputs))]
         if rec.is_view:         # aliases cost nothing; links already point through them
             continue
         b.base_deps = tuple(d for s in src if s and s not in resident for d in ready.get(s, ())[-1:])
-        in_ready = [ready.get(s) if s in resident else None for s in src]
+        in_ready = [ready.get(s) if s in resident else (_AT_START,) if (j, i) in resident_inputs else None
+                    for i, s in enumerate(src)]
         out_hbm = [(j, k) in escaping or ((j, k) in consumed and (j, k) not in resident)
                    for k in range(len(rec.outputs))]
         ctx = OpContext(rec, t, b, in_ready=in_ready, out_to_hbm=out_hbm)
@@ -115,5 +134,6 @@ def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronCon
     resident_bytes = _peak(resident, {r: records[r[0]].outputs[r[1]].nbytes for r in resident},
                            {r: max((c for (c, _), p in links.items() if p == r), default=r[0]) for r in resident},
                            len(records))
-    program.info.sbuf_peak_bytes += resident_bytes
+    # values handed over from the previous kernel occupy SBUF until this one is done with them
+    program.info.sbuf_peak_bytes += resident_bytes + sum(records[j].inputs[i].nbytes for j, i in set(resident_inputs))
     return program
