@@ -21,6 +21,7 @@ FACTS = {
     ("sorting.py", "MAX8_FREE_MAX"): "ISA: max8 reads at most 16384 elements per partition",
     ("sorting.py", "_INDEX_BYTES"): "indices are int32 on chip",
     ("planner.py", "_PICKS_MAX"): "size of a memo of plans; never changes a time",
+    ("kernel.py", "_AT_START"): "a marker id for values already in SBUF; never a cost",
 }
 
 
