@@ -18,17 +18,40 @@ of ``config.tile_shapes`` and keeps the fastest. For one tile (tile_m, tile_n), 
     ramp_ns  = hbm_latency_ns                                   (K-loop pipeline fill: the
                                                                first stage must arrive from HBM
                                                                before the first MMA)
-    compute_ns = waves * (ramp_ns + iters_per_cta * iter_ns)
+    reduce_ns = partial_time_ns(2 * partials) if split_k > 1   (split-K partials written, then
+                                                               read back and summed)
+    compute_ns = waves * (ramp_ns + iters_per_cta * iter_ns) + reduce_ns
 
 Padding (M, N, K rounded up to the tile), the partly empty last wave and the ramp are why small,
 skinny and odd-sized GEMMs fall short of peak; the L2 feed is why large tiles win on big ones.
 ``work_scale`` is FLOPs per GEMM-equivalent FLOP of the shape (2 for attention's two
 products); it is 1 for plain GEMMs.
 
+Stream-K (Osama et al., "Stream-K: Work-centric Parallel Decomposition for Dense
+Matrix-Matrix Multiplication on the GPU", PPoPP 2023; CUTLASS's sm80 and sm90 stream-K
+schedulers): when the last wave would be partly empty, that wave's r = tiles mod sm_count
+tiles and one full wave before them are shared out over all SMs by K iterations (the paper's
+"data-parallel + two-tile stream-K" hybrid), so every SM gets at least one tile's K loop and a
+tile is split between at most two SMs:
+
+    dp_waves = tiles // sm_count - 1                            (plain data-parallel waves)
+    sk_iters = ceil((r + sm_count) * k_iters / sm_count)        (each SM's share of the rest)
+    fixup_ns = 2 * tile_m' * tile_n' * 4 / (l2_bytes_per_s / sm_count)
+                                                               (an fp32 partial tile written by
+                                                               one SM, read back by the owner;
+                                                               charged even where the shares
+                                                               happen to end on tile edges, so
+                                                               time never drops as a dim grows)
+    compute_ns = dp_waves * (ramp_ns + k_iters * iter_ns) + ramp_ns + sk_iters * iter_ns + fixup_ns
+
+Its partials, at most one per SM (sm_count * tile_m' * tile_n' * 4 bytes), follow split-K's
+L2 rule.
+
 Split-K: when the output has fewer tiles than SMs, K is cut into ``split_k`` slices so more SMs
 work; each slice writes an fp32 partial tile that a reduction reads back. The partials,
 split_k * batch * M * N * 4 bytes, stay in L2 when they fit in ``l2_bytes`` (they are read
-back at once); otherwise they cost 2x their size in extra HBM traffic. ``split_k`` ranges over
+back at once); otherwise they cost 2x their size in extra HBM traffic. ``partial_time_ns``
+streams partial traffic at L2 latency and bandwidth while they fit in L2, else from HBM. ``split_k`` ranges over
 1..min(k_iters, sm_count // tiles). A plan's time is ``max(compute_ns, memory_time_ns(bytes +
 extra))``; the least wins, ties going to the earlier tile and the smaller split.
 Since every CTA does a whole padded tile at max_eff, compute_ns >= flops / (peak * max_eff).
@@ -91,6 +114,7 @@ class GemmPlan:
     compute_ns: float
     memory_ns: float
     extra_hbm_bytes: int
+    stream_k: bool = False
 
     @property
     def wave_efficiency(self) -> float:
@@ -146,15 +170,34 @@ def _tile_plans(config: GpuConfig, shape: GemmShape, tile: tuple[int, int], per_
     feed_ns = (tile_m + tile_n) * tile_k * itemsize / (config.l2_bytes_per_s / config.sm_count) * 1e9
     iter_ns = max(mma_ns, feed_ns)
     ramp_ns = config.hbm_latency_ns
+    def partial_traffic(partial_bytes: int) -> int:
+        return 0 if partial_bytes <= config.l2_bytes else 2 * partial_bytes
+
+    def partial_time_ns(partial_bytes: int, traffic: int) -> float:
+        in_l2 = partial_bytes <= config.l2_bytes
+        return l2_time_ns(config, traffic) if in_l2 else hbm_time_ns(config, traffic)
+
     for split_k in range(1, max(1, min(k_iters, config.sm_count // tiles)) + 1):
         ctas = tiles * split_k
         waves = ceil(ctas / config.sm_count)
         iters = ceil(k_iters / split_k)
-        partial_bytes = split_k * shape.batch * shape.m * shape.n * SPLIT_K_PARTIAL_BYTES
-        extra = 0 if split_k == 1 or partial_bytes <= config.l2_bytes else 2 * partial_bytes
+        partials = split_k * shape.batch * shape.m * shape.n * SPLIT_K_PARTIAL_BYTES
+        extra = 0 if split_k == 1 else partial_traffic(partials)
+        reduce_ns = 0.0 if split_k == 1 else partial_time_ns(partials, 2 * partials)
         yield GemmPlan(tile_m, tile_n, tile_k, config.sm_count, tiles, split_k, ctas, waves,
-                       iters, iter_ns, ramp_ns, waves * (ramp_ns + iters * iter_ns),
+                       iters, iter_ns, ramp_ns, waves * (ramp_ns + iters * iter_ns) + reduce_ns,
                        memory_time_ns(config, hbm_bytes + extra), extra)
+    full, rest = divmod(tiles, config.sm_count)
+    if full and rest and k_iters > 1:
+        sk_iters = ceil((rest + config.sm_count) * k_iters / config.sm_count)
+        partial_tile = tile_m * tile_n * SPLIT_K_PARTIAL_BYTES
+        fixup_ns = 2 * partial_tile / (config.l2_bytes_per_s / config.sm_count) * 1e9
+        extra = partial_traffic(config.sm_count * partial_tile)
+        compute_ns = ((full - 1) * (ramp_ns + k_iters * iter_ns) + ramp_ns + sk_iters * iter_ns
+                      + fixup_ns)
+        yield GemmPlan(tile_m, tile_n, tile_k, config.sm_count, tiles, 1,
+                       (full + 1) * config.sm_count, full + 1, sk_iters, iter_ns, ramp_ns, compute_ns,
+                       memory_time_ns(config, hbm_bytes + extra), extra, stream_k=True)
 
 
 def plan_gemm(config: GpuConfig, shape: GemmShape, peak_flops_per_s: float, itemsize: int,
