@@ -2,8 +2,9 @@
 
 Built on the same mechanism as the NeuronCore presets (``backend.sim.spec``): every field has a
 unit, a help text and a source -- a row of ``shared/hardware.md``'s GPUs table unless it says
-otherwise, or an ``ASSUMPTION`` with a plausible range for the cost model's knobs (tile shape,
-efficiency ceilings). Peaks are dense (no 2:4 sparsity). Sizes quoted by vendors in decimal GB/MB
+otherwise, or an ``ASSUMPTION`` with a plausible range (L2 bandwidth and latency, HBM
+efficiency, ...). The tensor-core efficiency ceiling is read from the published MAMF
+measurements (A100: 85.9%; H100/H200: GH200's 83.0%), not fitted. Peaks are dense (no 2:4 sparsity). Sizes quoted by vendors in decimal GB/MB
 are kept decimal for HBM; on-chip sizes (L2, shared memory) are binary, as the CUDA programming
 guide counts them. Look presets up with ``get_target("h100")`` (or :func:`get_gpu`).
 """
