@@ -27,7 +27,8 @@ from backend.sim.flops import is_matmul_like, op_flops, op_min_bytes, storage_by
 from backend.sim.descriptors import DTYPE_BYTES, OpRecord
 from backend.sim.gpu.presets import GpuConfig
 from backend.sim.gpu.shapes import gemm_shape
-from backend.sim.gpu.tiling import GemmPlan, GemmShape, fits_in_l2, memory_time_ns, plan_gemm
+from backend.sim.gpu.tiling import (GemmPlan, GemmShape, fits_in_l2, memory_time_ns, plan_gemm,
+                                    split_memory_time_ns)
 
 __all__ = ["KernelCost", "matmul_unit", "vector_compute_ns", "gemm_cost", "stream_cost",
            "record_cost", "fused_cost", "transfer_ns"]
@@ -173,11 +174,13 @@ def fused_cost(config: GpuConfig, records: list[OpRecord], launch_ns: float,
     HBM traffic is the records' own traffic less ``internal_bytes_saved`` (intermediates that
     stay on chip, counted by the caller who knows the graph). Each intermediate saves one write
     and at least one read, so the saving comes off writes and reads in equal halves, each
-    clamped to what is there. Compute parts run one after the other (a matmul's epilogue follows
-    its mainloop).
+    clamped to what is there. Each record's traffic is served where it would be eagerly (L2
+    when that record's traffic fits, else HBM); the saving comes off the HBM share first, the
+    largest traffic an intermediate can be. Compute parts run one after the other (a matmul's
+    epilogue follows its mainloop).
     """
     tensor_ns = cuda_ns = 0.0
-    flops = tensor_flops = read = write = extra = 0
+    flops = tensor_flops = read = write = extra = l2_served = 0
     for record in records:
         part = record_cost(config, record, 0.0)
         tensor_ns += part.tensor_ns
@@ -187,11 +190,14 @@ def fused_cost(config: GpuConfig, records: list[OpRecord], launch_ns: float,
         extra += part.plan.extra_hbm_bytes if part.plan else 0
         r, w = _read_write_bytes(record)
         read, write = read + r, write + w
+        l2_served += part.hbm_read_bytes + part.hbm_write_bytes if part.l2_hit else 0
     saved_write = min(write, internal_bytes_saved // 2)
     saved_read = min(read, internal_bytes_saved - saved_write)
     read, write = read - saved_read + extra // 2, write - saved_write + extra // 2
-    return KernelCost(launch_ns, tensor_ns, cuda_ns, memory_time_ns(config, read + write), flops,
-                      read, write, None, tensor_flops, fits_in_l2(config, read + write))
+    from_hbm = max(0, read + write - l2_served)
+    memory_ns = split_memory_time_ns(config, read + write - from_hbm, from_hbm)
+    return KernelCost(launch_ns, tensor_ns, cuda_ns, memory_ns, flops, read, write, None,
+                      tensor_flops, from_hbm == 0)
 
 
 def transfer_ns(config: GpuConfig, nbytes: int) -> float:

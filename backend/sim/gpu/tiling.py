@@ -59,7 +59,8 @@ Since every CTA does a whole padded tile at max_eff, compute_ns >= flops / (peak
 Memory time (``memory_time_ns``): a kernel whose whole traffic fits in
 ``l2_resident_fraction`` of L2 is served from L2 (latency ``l2_latency_ns``, rate
 ``l2_bytes_per_s``): in an eager stream a small kernel reads what its predecessors just wrote,
-and its writes land in the write-back L2. Larger traffic streams from HBM.
+and its writes land in the write-back L2. Larger traffic streams from HBM. A fused kernel's
+traffic is split per record into an L2 and an HBM share (``split_memory_time_ns``).
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ from math import ceil
 from backend.sim.gpu.presets import GpuConfig
 
 __all__ = ["GemmShape", "GemmPlan", "plan_gemm", "hbm_time_ns", "l2_time_ns", "fits_in_l2",
-           "memory_time_ns", "MMA_GRANULE_ELEMS", "SPLIT_K_PARTIAL_BYTES"]
+           "memory_time_ns", "split_memory_time_ns", "MMA_GRANULE_ELEMS", "SPLIT_K_PARTIAL_BYTES"]
 
 # Smallest CTA tile edge: Hopper's wgmma is m64nNk16 per warpgroup, and Ampere kernels tile in
 # 64s too, so a tile never narrows below 64.
@@ -147,6 +148,14 @@ def l2_time_ns(config: GpuConfig, nbytes: int) -> float:
 def fits_in_l2(config: GpuConfig, nbytes: int) -> bool:
     """Whether a kernel moving ``nbytes`` in all is served from L2 (see the module docstring)."""
     return nbytes <= config.l2_bytes * config.l2_resident_fraction
+
+
+def split_memory_time_ns(config: GpuConfig, l2_bytes: int, hbm_bytes: int) -> float:
+    """Traffic served partly from L2, partly from HBM: the slower first byte, then both shares
+    at their rates (one stream of loads, so the shares add up)."""
+    if hbm_bytes > 0:
+        return hbm_time_ns(config, hbm_bytes) + max(0, l2_bytes) / config.l2_bytes_per_s * 1e9
+    return l2_time_ns(config, l2_bytes)
 
 
 def memory_time_ns(config: GpuConfig, nbytes: int) -> float:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from backend.sim.gpu import (PRESETS, GemmShape, GpuSession, a100, derive, gemm_cost, gh200, h100,
-                             plan_gemm, stream_cost)
+from backend.sim.gpu import (PRESETS, GemmShape, GpuSession, a100, derive, fused_cost, gemm_cost, gh200,
+                             h100, plan_gemm, stream_cost)
 from benchmarks.gpu_gemm import gpu_fidelity_rows
 from gpu_records import ROUND, T, rec
 
@@ -118,6 +118,14 @@ def test_small_kernel_traffic_is_served_from_l2():
     assert miss.memory_ns == pytest.approx(100 + (fits + 1) / 500)
     (event,) = stream(SMALL).trace.events[-1:]
     assert event.opcode == "l2_stream"
+
+
+def test_fused_kernel_serves_each_records_traffic_where_eager_would():
+    # SMALL's 2 kB would hit L2 alone, BIG's 4 MB would not: HBM latency, then both shares
+    cost = fused_cost(ROUND, [SMALL, BIG], LAUNCH)
+    assert not cost.l2_hit
+    assert cost.memory_ns == pytest.approx(100 + 4_000_000 / 500 + 2000 / 4000)
+    assert fused_cost(ROUND, [SMALL, SMALL], LAUNCH).memory_ns == pytest.approx(50 + 4000 / 4000)
 
 
 # -- efficiency from published measurements ---------------------------------------------------
