@@ -91,8 +91,9 @@ class GpuConfig(HardwareConfig):
         ((128, 256), (256, 128), (128, 128), (64, 256), (256, 64), (64, 128), (128, 64), (64, 64)),
         unit="", help="CTA tiles (rows, columns) the GEMM heuristic chooses among, largest first "
                       "(ties go to the earlier one)",
-        source="CUTLASS's sm80/sm90 tensor-op GEMM tile list (tools/library/scripts/generator.py), "
-               "from which cuBLAS-style heuristics pick per shape")
+        source="CUTLASS python/cutlass_library/generator.py, GenerateSM80_TensorOp_16816: the "
+               "bf16/fp16 tensor-op CTA tiles 256x128, 128x256, 256x64, 64x256, 128x128, 128x64, "
+               "64x128, 64x64; a heuristic picks one per shape, as cuBLAS does among its kernels")
     tile_k_bytes: int = spec(128, unit="B", plausible=(32, 128),
                              help="bytes of each operand row one K step moves (tile_k = 64 bf16, "
                                   "32 fp32/tf32, 128 fp8 elements)",
