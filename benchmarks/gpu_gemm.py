@@ -1,4 +1,5 @@
-"""Predicted bf16 GEMM throughput and large-copy bandwidth of each GPU preset, next to peaks.
+"""Predicted bf16 GEMM throughput and large-copy bandwidth of each GPU preset, next to peaks,
+and the GPU rows of the fidelity table (``gpu_fidelity_rows``).
 
 Run: ``python -m benchmarks.gpu_gemm``. Every number goes through the same path the CUDA device
 uses (OpRecord -> GpuSession -> Trace), so it also checks the FLOP/byte wiring.
@@ -8,7 +9,10 @@ from __future__ import annotations
 import argparse
 
 from backend.sim.descriptors import OpRecord, TensorDesc
-from backend.sim.gpu import PRESETS, GpuConfig, GpuSession
+from backend.sim.gpu import PRESETS, GemmShape, GpuConfig, GpuSession, a100, gemm_cost, gh200
+
+__all__ = ["GEMM_SIZES", "gemm_rows", "copy_row", "gemm_device_tflops", "gpu_fidelity_rows",
+           "MAMF_RESULTS", "main"]
 
 GEMM_SIZES = tuple(2**p for p in range(8, 14))     # 256 .. 8192
 COPY_BYTES = 2**30                                  # 1 GiB
@@ -38,6 +42,40 @@ def copy_row(config: GpuConfig) -> tuple[float, float]:
     return op.time_ns * 1e-3, op.hbm_bytes / op.time_ns
 
 
+def gemm_device_tflops(config: GpuConfig, shape: GemmShape, dtype: str = "bfloat16") -> float:
+    """Predicted TFLOP/s of one GEMM kernel in a back-to-back stream, where launches hide under
+    the kernels before them (as in a timing loop): device time only."""
+    return shape.flops / gemm_cost(config, shape, dtype, launch_ns=0.0).device_ns * 1e-3
+
+
+_MAMF_SOURCE = "hardware.md published results: ml-engineering compute/accelerator README, MAMF table"
+# (workload, config, shape M x N x K, published TFLOP/s, source) from hardware.md's published
+# results; MAMF reports the best shape of its sweep, timed back to back with CUDA events.
+MAMF_RESULTS = (
+    ("bf16 matmul, MAMF best shape 6912x16384x2048", a100, GemmShape(6912, 16384, 2048), 267.9,
+     f"{_MAMF_SOURCE} (A100 SXM, CUDA 12.1)"),
+    ("bf16 matmul, MAMF best shape 11264x19712x1536", gh200, GemmShape(11264, 19712, 1536), 821.0,
+     f"{_MAMF_SOURCE} (GH200, CUDA 12.5); modelled as presets.gh200, the H100 die with "
+     "GH200's HBM3 (NVIDIA GH200 datasheet)"),
+)
+
+
+def gpu_fidelity_rows() -> list[dict]:
+    """Predicted vs published for the GPU entries of hardware.md's published results.
+
+    Note the efficiency ceiling is itself read from these measurements (presets.py), so the
+    ratio shows what the tile model's wave, padding, L2-feed and ramp losses leave of it at the
+    best shape: a check of the losses, not an independent prediction of the ceiling.
+    """
+    rows = []
+    for workload, config, shape, published, source in MAMF_RESULTS:
+        predicted = gemm_device_tflops(config, shape)
+        rows.append({"workload": workload, "hardware": config.name, "predicted": predicted,
+                     "published": published, "unit": "TFLOP/s", "ratio": predicted / published,
+                     "source": source})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--graph-replay", action="store_true",
@@ -53,6 +91,10 @@ def main(argv: list[str] | None = None) -> None:
         us, gbps = copy_row(config)
         print(f"{'1 GiB copy':>12} {us:>10.1f} {gbps:>7.0f} GB/s "
               f"({100 * gbps * 1e9 / config.hbm_bytes_per_s:.1f}% of HBM peak)")
+    print("\npredicted vs published (GPU)")
+    for row in gpu_fidelity_rows():
+        print(f"{row['hardware']:>6} {row['workload']:48s} {row['predicted']:7.1f} / "
+              f"{row['published']:7.1f} {row['unit']}  ratio {row['ratio']:.3f}")
 
 
 if __name__ == "__main__":

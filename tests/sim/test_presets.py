@@ -51,7 +51,7 @@ def test_every_field_has_unit_help_and_source_or_plausible_assumption(name):
             assert low <= row["value"] <= high, row
         else:
             assert row["plausible"] is None, row
-            assert any(k in src for k in ("nki", "about-neuron", "hardware.md", "datasheet", "PyTorch")), src
+            assert any(k in src for k in ("nki", "about-neuron", "hardware.md", "datasheet", "PyTorch", "CUTLASS")), src
 
 
 def test_an_assumption_without_a_range_is_refused():

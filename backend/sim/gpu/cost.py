@@ -1,8 +1,11 @@
-"""Cost of one GPU kernel: launch overhead + max(compute time, HBM time).
+"""Cost of one GPU kernel: its host launch time, and its device time max(compute, memory).
 
 Compute and memory overlap inside a kernel (warps stall on loads while others compute), so the
-slower of the two sets the kernel's time; the launch overhead does not overlap because eager
-PyTorch issues kernels one by one from the host. Which unit computes:
+slower of the two sets the kernel's device time. The launch overhead is host time: alone on an
+idle stream a kernel takes ``launch + device`` (``total_ns``); in a stream the host enqueues the
+next kernels while the device runs this one, which the timeline (``timeline.py``) models.
+Memory time comes from L2 for kernels whose traffic fits there, from HBM otherwise
+(``tiling.memory_time_ns``). Which unit computes:
 
 - matrix-unit ops (``is_matmul_like``: matmul, conv, attention) run on tensor cores at their
   dtype's dense peak, shaped by the tile model of ``tiling.py``. fp32 is the exception:
@@ -24,7 +27,8 @@ from backend.sim.flops import is_matmul_like, op_flops, op_min_bytes, storage_by
 from backend.sim.descriptors import DTYPE_BYTES, OpRecord
 from backend.sim.gpu.presets import GpuConfig
 from backend.sim.gpu.shapes import gemm_shape
-from backend.sim.gpu.tiling import GemmPlan, GemmShape, hbm_time_ns, plan_gemm
+from backend.sim.gpu.tiling import (GemmPlan, GemmShape, fits_in_l2, memory_time_ns, plan_gemm,
+                                    split_memory_time_ns)
 
 __all__ = ["KernelCost", "matmul_unit", "vector_compute_ns", "gemm_cost", "stream_cost",
            "record_cost", "fused_cost", "transfer_ns"]
@@ -34,7 +38,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class KernelCost:
-    """Time split of one kernel; ``tensor_ns``/``cuda_ns`` run one after the other in a CTA."""
+    """Time split of one kernel; ``tensor_ns``/``cuda_ns`` run one after the other in a CTA.
+
+    ``launch_ns`` is host time to enqueue it; ``memory_ns`` is served from L2 when ``l2_hit``.
+    """
 
     launch_ns: float
     tensor_ns: float
@@ -45,19 +52,26 @@ class KernelCost:
     hbm_write_bytes: int
     plan: GemmPlan | None = None
     tensor_flops: int = 0           # the share of ``flops`` done on tensor cores
+    l2_hit: bool = False
 
     @property
     def compute_ns(self) -> float:
         return self.tensor_ns + self.cuda_ns
 
     @property
+    def device_ns(self) -> float:
+        """Time the kernel occupies the device once it starts."""
+        return max(self.compute_ns, self.memory_ns)
+
+    @property
     def total_ns(self) -> float:
-        return self.launch_ns + max(self.compute_ns, self.memory_ns)
+        """Time alone on an idle stream: launched, then run."""
+        return self.launch_ns + self.device_ns
 
     @property
     def bound(self) -> str:
-        """What limits the kernel: "launch", "compute" or "memory"."""
-        busy = max(self.compute_ns, self.memory_ns)
+        """What limits the kernel: "launch" (shorter than its launch path), "compute" or "memory"."""
+        busy = self.device_ns
         if self.launch_ns >= busy:
             return "launch"
         return "compute" if self.compute_ns >= self.memory_ns else "memory"
@@ -110,21 +124,23 @@ def _matmul_kernel(config: GpuConfig, shape: GemmShape | None, dtype: str, flops
                    read_bytes: int, write_bytes: int, launch_ns: float) -> KernelCost:
     track, compute_ns, plan = _matmul_compute(config, shape, dtype, flops, read_bytes + write_bytes)
     extra = plan.extra_hbm_bytes if plan else 0
-    memory_ns = hbm_time_ns(config, read_bytes + write_bytes + extra)
+    traffic = read_bytes + write_bytes + extra
+    memory_ns = memory_time_ns(config, traffic)
     on_tensor = track == "tensor_core"
     tensor_ns, cuda_ns = (compute_ns, 0.0) if on_tensor else (0.0, compute_ns)
     # split-K partials are written and read back once each
     return KernelCost(launch_ns, tensor_ns, cuda_ns, memory_ns, flops,
                       read_bytes + extra // 2, write_bytes + extra // 2, plan,
-                      flops if on_tensor else 0)
+                      flops if on_tensor else 0, fits_in_l2(config, traffic))
 
 
 def stream_cost(config: GpuConfig, flops: int, dtype: str, hbm_read_bytes: int,
                 hbm_write_bytes: int, launch_ns: float) -> KernelCost:
     """A CUDA-core kernel (elementwise, reduction, copy) from explicit numbers."""
+    traffic = hbm_read_bytes + hbm_write_bytes
     return KernelCost(launch_ns, 0.0, vector_compute_ns(config, flops, dtype),
-                      hbm_time_ns(config, hbm_read_bytes + hbm_write_bytes), flops,
-                      hbm_read_bytes, hbm_write_bytes)
+                      memory_time_ns(config, traffic), flops, hbm_read_bytes, hbm_write_bytes,
+                      l2_hit=fits_in_l2(config, traffic))
 
 
 def _record_dtype(record: OpRecord) -> str:
@@ -158,11 +174,13 @@ def fused_cost(config: GpuConfig, records: list[OpRecord], launch_ns: float,
     HBM traffic is the records' own traffic less ``internal_bytes_saved`` (intermediates that
     stay on chip, counted by the caller who knows the graph). Each intermediate saves one write
     and at least one read, so the saving comes off writes and reads in equal halves, each
-    clamped to what is there. Compute parts run one after the other (a matmul's epilogue follows
-    its mainloop).
+    clamped to what is there. Each record's traffic is served where it would be eagerly (L2
+    when that record's traffic fits, else HBM); the saving comes off the HBM share first, the
+    largest traffic an intermediate can be. Compute parts run one after the other (a matmul's
+    epilogue follows its mainloop).
     """
     tensor_ns = cuda_ns = 0.0
-    flops = tensor_flops = read = write = extra = 0
+    flops = tensor_flops = read = write = extra = l2_served = 0
     for record in records:
         part = record_cost(config, record, 0.0)
         tensor_ns += part.tensor_ns
@@ -172,11 +190,14 @@ def fused_cost(config: GpuConfig, records: list[OpRecord], launch_ns: float,
         extra += part.plan.extra_hbm_bytes if part.plan else 0
         r, w = _read_write_bytes(record)
         read, write = read + r, write + w
+        l2_served += part.hbm_read_bytes + part.hbm_write_bytes if part.l2_hit else 0
     saved_write = min(write, internal_bytes_saved // 2)
     saved_read = min(read, internal_bytes_saved - saved_write)
     read, write = read - saved_read + extra // 2, write - saved_write + extra // 2
-    return KernelCost(launch_ns, tensor_ns, cuda_ns, hbm_time_ns(config, read + write), flops,
-                      read, write, None, tensor_flops)
+    from_hbm = max(0, read + write - l2_served)
+    memory_ns = split_memory_time_ns(config, read + write - from_hbm, from_hbm)
+    return KernelCost(launch_ns, tensor_ns, cuda_ns, memory_ns, flops, read, write, None,
+                      tensor_flops, from_hbm == 0)
 
 
 def transfer_ns(config: GpuConfig, nbytes: int) -> float:

@@ -2,8 +2,9 @@
 
 Built on the same mechanism as the NeuronCore presets (``backend.sim.spec``): every field has a
 unit, a help text and a source -- a row of ``shared/hardware.md``'s GPUs table unless it says
-otherwise, or an ``ASSUMPTION`` with a plausible range for the cost model's knobs (tile shape,
-efficiency ceilings). Peaks are dense (no 2:4 sparsity). Sizes quoted by vendors in decimal GB/MB
+otherwise, or an ``ASSUMPTION`` with a plausible range (L2 bandwidth and latency, HBM
+efficiency, ...). The tensor-core efficiency ceiling is read from the published MAMF
+measurements (A100: 85.9%; H100/H200: GH200's 83.0%), not fitted. Peaks are dense (no 2:4 sparsity). Sizes quoted by vendors in decimal GB/MB
 are kept decimal for HBM; on-chip sizes (L2, shared memory) are binary, as the CUDA programming
 guide counts them. Look presets up with ``get_target("h100")`` (or :func:`get_gpu`).
 """
@@ -14,7 +15,7 @@ from dataclasses import dataclass, fields, replace
 from backend.sim.presets import derive, get_target
 from backend.sim.spec import ASSUMPTION, HardwareConfig, spec
 
-__all__ = ["GpuConfig", "a100", "h100", "h200", "PRESETS", "get_gpu", "derive"]
+__all__ = ["GpuConfig", "a100", "h100", "h200", "gh200", "PRESETS", "get_gpu", "derive"]
 
 _SHEET = "shared/hardware.md GPUs table (NVIDIA datasheets; stas00/ml-engineering)"
 _MIB = 2**20
@@ -47,6 +48,15 @@ class GpuConfig(HardwareConfig):
                             help="device memory capacity")
     hbm_bytes_per_s: float = spec(unit="B/s", source=f"{_SHEET}: HBM bandwidth", help="device memory bandwidth")
     l2_bytes: int = spec(unit="B", source=f"{_SHEET}: L2", help="L2 cache; GEMM operands that fit are read once")
+    l2_bytes_per_s: float = spec(
+        unit="B/s", plausible=(5.5e12, 12e12),
+        source=ASSUMPTION + ": A100: 5,120 B/clk x 1.41 GHz = 7.2 TB/s, the L2 read bandwidth of "
+               "NVIDIA's A100 whitepaper; H100: ~10 TB/s, between chipsandcheese's measurement "
+               "on the 114-SM H100 PCIe ('Nvidia's H100: Funny L2, and Tons of Bandwidth', 2023) "
+               "and the ~12 TB/s a third-party H100 SXM profile lists (mikamirai.com, 'GPU "
+               "Memory Bandwidth', 2026)",
+        help="L2 -> SM bandwidth: feeds GEMM tiles their operands, and serves small kernels "
+             "whose data is still in L2")
     smem_bytes_per_sm: int = spec(unit="B", source="CUDA programming guide via hardware.md: max smem per SM",
                                   help="largest shared memory one SM can give its blocks")
     pcie_bytes_per_s: float = spec(
@@ -66,24 +76,38 @@ class GpuConfig(HardwareConfig):
         600, unit="cycles", plausible=(400, 900), help="SM cycles from load issue to first HBM data",
         source=ASSUMPTION + ": ~600 SM cycles, the order pointer-chasing microbenchmarks report for "
                "A100/H100; not in hardware.md")
+    l2_latency_cycles: int = spec(
+        260, unit="cycles", plausible=(200, 300), help="SM cycles from load issue to first L2 data",
+        source=ASSUMPTION + ": ~200-300 SM cycles, the order pointer-chasing microbenchmarks "
+               "(chipsandcheese's A100/H100 articles) report; not in hardware.md")
+    l2_resident_fraction: float = spec(
+        0.5, unit="of L2", plausible=(0.25, 1.0),
+        help="a kernel whose reads + writes fit in this share of l2_bytes is served from L2: "
+             "in an eager stream its inputs are the outputs its predecessors just wrote",
+        source=ASSUMPTION + ": half, because A100/H100 split L2 into two partitions and "
+               "other live data (weights, the caller's tensors) shares it")
     # -- model knobs (not hardware numbers) -------------------------------------------------
-    tile_m: int = spec(128, unit="rows", plausible=(64, 256), help="CTA tile rows of the GEMM mainloop",
-                       source=ASSUMPTION + ": 128x256 is CUTLASS's large-problem tile for sm80 and "
-                              "sm90 bf16 GEMMs")
-    tile_n: int = spec(256, unit="columns", plausible=(64, 256), help="CTA tile columns of the GEMM mainloop",
-                       source=ASSUMPTION + ": 128x256 is CUTLASS's large-problem tile for sm80 and "
-                              "sm90 bf16 GEMMs")
+    tile_shapes: tuple[tuple[int, int], ...] = spec(
+        ((128, 256), (256, 128), (128, 128), (64, 256), (256, 64), (64, 128), (128, 64), (64, 64)),
+        unit="", help="CTA tiles (rows, columns) the GEMM heuristic chooses among, largest first "
+                      "(ties go to the earlier one)",
+        source="CUTLASS python/cutlass_library/generator.py, GenerateSM80_TensorOp_16816: the "
+               "bf16/fp16 tensor-op CTA tiles 256x128, 128x256, 256x64, 64x256, 128x128, 128x64, "
+               "64x128, 64x64; a heuristic picks one per shape, as cuBLAS does among its kernels")
     tile_k_bytes: int = spec(128, unit="B", plausible=(32, 128),
                              help="bytes of each operand row one K step moves (tile_k = 64 bf16, "
                                   "32 fp32/tf32, 128 fp8 elements)",
                              source=ASSUMPTION + ": the 128 B shared-memory swizzle width")
     max_compute_efficiency: float = spec(
-        0.8, unit="of peak", plausible=(0.7, 0.9),
-        help="best fraction of peak FLOPs a tuned kernel sustains once wave, padding and ramp "
-             "losses are gone",
-        source=ASSUMPTION + ": with those losses on top, large bf16 GEMMs land at ~76% of peak "
-               "(~750 TFLOP/s on H100, what cuBLAS measures), next to the 75% that PyTorch's "
-               "runtime_estimator assumes (hardware.md)")
+        0.830, unit="of peak",
+        help="fraction of the matrix unit's peak a tuned GEMM mainloop sustains once wave, "
+             "padding, L2 and ramp losses are gone. The MAMF sweep (maximum achievable matmul "
+             "FLOPs) measures the best GEMM over thousands of shapes, the one where those "
+             "losses nearly vanish, so its fraction of peak is this ceiling; the tile model "
+             "adds the losses back per shape. CUDA-core (SIMT) kernels are assumed to reach the "
+             "same fraction of their own peak (no SIMT measurement is in hardware.md)",
+        source="hardware.md published results: GH200 bf16 MAMF 821.0 TFLOP/s = 83.0% of 989 "
+               "(ml-engineering MAMF table, CUDA 12.5); the same GH100 die and SMs as H100/H200")
     max_hbm_efficiency: float = spec(
         0.9, unit="of peak", plausible=(0.8, 0.95),
         help="best fraction of HBM bandwidth a large streaming copy reaches; small ones are "
@@ -98,13 +122,20 @@ class GpuConfig(HardwareConfig):
             value = getattr(self, f.name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
                 raise ValueError(f"GpuConfig.{f.name} must be positive, got {value!r}")
-        for knob in ("max_compute_efficiency", "max_hbm_efficiency"):
+        for knob in ("max_compute_efficiency", "max_hbm_efficiency", "l2_resident_fraction"):
             if getattr(self, knob) > 1:
-                raise ValueError(f"GpuConfig.{knob} is a fraction of peak; got {getattr(self, knob)}")
+                raise ValueError(f"GpuConfig.{knob} is a fraction; got {getattr(self, knob)}")
+        if not self.tile_shapes or any(len(tile) != 2 or min(tile) < 1 for tile in self.tile_shapes):
+            raise ValueError(f"GpuConfig.tile_shapes must be (rows, columns) pairs >= 1; "
+                             f"got {self.tile_shapes!r}")
 
     @property
     def hbm_latency_ns(self) -> float:
         return self.hbm_latency_cycles / self.clock_hz * 1e9
+
+    @property
+    def l2_latency_ns(self) -> float:
+        return self.l2_latency_cycles / self.clock_hz * 1e9
 
 
 # Laid out like hardware.md's GPUs table, one row per field: (A100 SXM 80GB, H100 SXM).
@@ -121,14 +152,29 @@ _HARDWARE_TABLE: dict[str, tuple] = {
     "l2_bytes": (40 * _MIB, 50 * _MIB),
     "smem_bytes_per_sm": (164 * _KIB, 228 * _KIB),
     "pcie_bytes_per_s": (32e9, 64e9),       # host link: A100 SXM4 PCIe gen4 x16, H100 SXM5 gen5 x16
+    "l2_bytes_per_s": (5120 * 1.41e9, 10e12),
+    "max_compute_efficiency": (0.859, 0.830),
 }
-a100 = GpuConfig(name="a100", **{key: row[0] for key, row in _HARDWARE_TABLE.items()})
+_A100_SOURCES = {"max_compute_efficiency": "hardware.md published results: A100 SXM bf16 MAMF "
+                                           "267.9 TFLOP/s = 85.9% of 312 (ml-engineering MAMF "
+                                           "table, CUDA 12.1)"}
+a100 = GpuConfig(name="a100", sources=_A100_SOURCES,
+                 **{key: row[0] for key, row in _HARDWARE_TABLE.items()})
 h100 = GpuConfig(name="h100", **{key: row[1] for key, row in _HARDWARE_TABLE.items()})
 
 # H200 is an H100 die with HBM3e: same SMs, clocks and peaks, more and faster memory.
 h200 = replace(h100, name="h200", hbm_bytes=141e9, hbm_bytes_per_s=4800e9)
 
 PRESETS: dict[str, GpuConfig] = {cfg.name: cfg for cfg in (a100, h100, h200)}
+
+# GH200's GPU is the H100 die (132 SMs, 989 TFLOP/s dense bf16) with 96 GB HBM3 at 4 TB/s and a
+# 900 GB/s NVLink-C2C host link. Kept out of PRESETS: it is here to check the model against the
+# GH200 MAMF measurement, not as a device to emulate.
+_GH200_SHEET = "NVIDIA GH200 Grace Hopper Superchip datasheet"
+gh200 = replace(h100, name="gh200", hbm_bytes=96e9, hbm_bytes_per_s=4000e9, pcie_bytes_per_s=450e9, sources={
+    "hbm_bytes": f"{_GH200_SHEET}: 96 GB HBM3",
+    "hbm_bytes_per_s": f"{_GH200_SHEET}: 4 TB/s HBM3",
+    "pcie_bytes_per_s": f"{_GH200_SHEET}: NVLink-C2C 900 GB/s bidirectional = 450 GB/s per direction"})
 
 
 def get_gpu(name: str | GpuConfig | None = None) -> GpuConfig:

@@ -1,10 +1,21 @@
 """A GPU timeline built op by op: the CUDA-emulated device feeds OpRecords, gets a Trace.
 
-Eager mode is one kernel per op, back to back on one stream: each pays the launch overhead
-(``launch_overhead_ns``, or ``graph_launch_overhead_ns`` when replayed from a CUDA graph) and
-then ``max(compute, HBM)``. Views cost nothing. Host<->device transfers go over PCIe on the copy
-engine. Records the NeuronCore device had to run on the host (``fallback``) are ordinary kernels
-here: a real GPU runs them. A compiled kernel (``feed_kernel``) is one launch for its whole group.
+Eager mode is one kernel per op on one stream, launched asynchronously: the host spends the
+launch overhead (``launch_overhead_ns``, or ``graph_launch_overhead_ns`` when replayed from a
+CUDA graph) enqueuing each kernel while the device runs the earlier ones. Two clocks:
+
+    host_ns  += launch_ns                        (kernel i is enqueued)
+    start     = max(host_ns, device_ns)          (it waits for its launch and the stream)
+    device_ns = start + max(compute, memory)
+
+so a stream is launch-bound only where its kernels are shorter than the launch path. An op's
+summary spans from the stream's previous end to its own end, so op times add up to the total
+and a launch-bound gap is charged to the kernel that waited. Host<->device transfers (``.item()``
+and ``.cpu()`` included) are synchronous in eager PyTorch: the copy runs on the copy engine
+after the queue drains, and the host waits for it, so both clocks meet at its end. Views cost
+nothing. Records the NeuronCore device had to run on the host (``fallback``) are ordinary
+kernels here: a real GPU runs them. A compiled kernel (``feed_kernel``) is one launch for its
+whole group.
 """
 from __future__ import annotations
 
@@ -49,7 +60,8 @@ class GpuSession:
                             peak_flops_per_s=cfg.bf16_tensor_flops_per_s,
                             hbm_bytes_per_s=cfg.hbm_bytes_per_s,
                             max_events=self.max_events, engines=GPU_ENGINES)
-        self._now_ns = 0.0
+        self._host_ns = 0.0      # when the host has finished enqueuing everything so far
+        self._device_ns = 0.0    # when the stream has finished running everything so far
 
     # -- feeding -----------------------------------------------------------------------------
     def feed(self, record: OpRecord) -> None:
@@ -57,7 +69,7 @@ class GpuSession:
         if record.transfer:
             self._feed_transfer(record)
         elif record.is_view:
-            self._append(self._summary(record.name, "view", record, self._now_ns))
+            self._append(self._summary(record.name, "view", record, self._device_ns))
         else:
             self._feed_cost(record.name, "op", record, record_cost(self.config, record, self.launch_ns))
 
@@ -75,7 +87,7 @@ class GpuSession:
     # -- internals ---------------------------------------------------------------------------
     def _summary(self, name: str, kind: str, record: OpRecord | None, end_ns: float) -> OpSummary:
         return OpSummary(
-            op_index=len(self._trace.ops), name=name, kind=kind, start_ns=self._now_ns,
+            op_index=len(self._trace.ops), name=name, kind=kind, start_ns=self._device_ns,
             end_ns=end_ns, busy_ns=dict.fromkeys(GPU_ENGINES, 0.0),
             input_shapes=_shapes(record.inputs) if record else "",
             output_shapes=_shapes(record.outputs) if record else "",
@@ -83,8 +95,13 @@ class GpuSession:
 
     def _append(self, summary: OpSummary) -> OpSummary:
         self._trace.add_op(summary)
-        self._now_ns = summary.end_ns
+        self._device_ns = summary.end_ns
         return summary
+
+    def _enqueue(self) -> float:
+        """Host enqueues one more launch; returns when the device may start it."""
+        self._host_ns += self.launch_ns
+        return max(self._host_ns, self._device_ns)
 
     def _event(self, start_ns: float, duration_ns: float, engine: str, opcode: str,
                op_index: int, nbytes: int = 0, flops: int = 0) -> float:
@@ -94,21 +111,20 @@ class GpuSession:
         return start_ns + duration_ns
 
     def _feed_cost(self, name: str, kind: str, record: OpRecord | None, cost: KernelCost) -> OpSummary:
-        summary = self._summary(name, kind, record, self._now_ns + cost.total_ns)
+        start = self._enqueue()
+        summary = self._summary(name, kind, record, start + cost.device_ns)
         summary.busy_ns.update(tensor_core=cost.tensor_ns, cuda_core=cost.cuda_ns, hbm=cost.memory_ns)
         summary.hbm_read_bytes = cost.hbm_read_bytes
         summary.hbm_write_bytes = cost.hbm_write_bytes
         summary.flops = cost.flops
         summary.instruction_count = 1
-        # the kernel starts on the device once the launch overhead has passed
-        start = self._now_ns + cost.launch_ns
         index = summary.op_index
         after_mma = self._event(start, cost.tensor_ns, "tensor_core", "mma", index,
                                 flops=cost.tensor_flops)
         self._event(after_mma, cost.cuda_ns, "cuda_core", "simt", index,
                     flops=cost.flops - cost.tensor_flops)
-        self._event(start, cost.memory_ns, "hbm", "hbm_stream", index,
-                    cost.hbm_read_bytes + cost.hbm_write_bytes)
+        self._event(start, cost.memory_ns, "hbm", "l2_stream" if cost.l2_hit else "hbm_stream",
+                    index, cost.hbm_read_bytes + cost.hbm_write_bytes)
         return self._append(summary)
 
     def _feed_transfer(self, record: OpRecord) -> None:
@@ -119,15 +135,16 @@ class GpuSession:
                                   else (record.inputs, record.outputs))
         nbytes = sum(t.nbytes for t in (device_side or host_side))
         copy_ns = transfer_ns(self.config, nbytes)
-        # a copy pays the same host-side API overhead as a kernel launch
-        summary = self._summary(record.name, "transfer", record,
-                                self._now_ns + self.launch_ns + copy_ns)
+        # a copy pays the same host-side API overhead as a kernel launch, then waits for the
+        # queue to drain; the host blocks until it is done
+        start = self._enqueue()
+        summary = self._summary(record.name, "transfer", record, start + copy_ns)
         summary.busy_ns["copy"] = copy_ns
         if record.transfer == "h2d":
             summary.hbm_write_bytes = nbytes
         else:
             summary.hbm_read_bytes = nbytes
         summary.instruction_count = 1
-        self._event(self._now_ns + self.launch_ns, copy_ns, "copy", f"memcpy_{record.transfer}",
-                    summary.op_index, nbytes)
+        self._event(start, copy_ns, "copy", f"memcpy_{record.transfer}", summary.op_index, nbytes)
         self._append(summary)
+        self._host_ns = self._device_ns

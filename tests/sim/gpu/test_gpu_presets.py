@@ -6,7 +6,7 @@ import pytest
 from backend.sim.gpu import PRESETS, GpuConfig, a100, derive, get_gpu, h100, h200
 from backend.sim.spec import ASSUMPTION
 
-MODEL_KNOBS = {"tile_m", "tile_n", "tile_k_bytes", "max_compute_efficiency", "max_hbm_efficiency"}
+MODEL_KNOBS = {"tile_k_bytes", "max_hbm_efficiency", "l2_resident_fraction", "l2_latency_cycles"}
 
 
 def test_every_hardware_number_names_its_source():
