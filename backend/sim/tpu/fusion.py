@@ -9,8 +9,8 @@ producer-consumer fusion without the graph:
 - transfers and compiled kernels close the running fusion;
 - an intermediate stays in VMEM when the next op of the fusion consumes it. The stream carries
   descriptors, not tensor identities, so "consumes" means: an input with the shape and dtype of
-  an output of the op just before (views of it pass through). Its HBM write and read are saved;
-  further reads of it in the same op save only the read.
+  an output of the op just before (views of it pass through), each output taken by at most one
+  input (``t + z`` with z shaped like t saves t once, never z). Its HBM write and read are saved.
 
 Costing a closed fusion is ``cost.fused_cost`` with the saved bytes.
 """
@@ -49,13 +49,10 @@ class PendingFusion:
 
     def add(self, record: OpRecord) -> None:
         """Append an op, saving the traffic of the intermediates it takes from the op before."""
-        consumed = set()
         for t in record.inputs:
-            key = _key(t)
-            if key in self._live:
-                # the first use saves the producer's write and this read; later uses the read only
-                self.internal_bytes_saved += self._live[key] * (1 if key in consumed else 2)
-                consumed.add(key)
+            nbytes = self._live.pop(_key(t), None)
+            if nbytes is not None:
+                self.internal_bytes_saved += 2 * nbytes      # the producer's write and this read
         self.records.append(record)
         self._live = {_key(t): storage_bytes(t) for t in record.outputs}
 
