@@ -127,50 +127,43 @@ class TpuConfig(HardwareConfig):
 
 
 _V5_VPU = ASSUMPTION + ": same 8 x 128 VPU as v6e (the v5 pages give no VPU shape)"
+_PCIE4 = ASSUMPTION + ": PCIe Gen4 x16 (16 GT/s) -> 32 GB/s per direction"
+_MXU_128 = "docs.jax.dev/en/latest/pallas/tpu (128x128 MXUs before v6e)"
+
+
+def _v5(page: str) -> dict:
+    """The fields v5e and v5p share: four 128x128 MXUs per TensorCore, an 8 x 128 VPU, PCIe Gen4."""
+    return dict(generation=(page.split("/")[-1].split(" ")[0], page),
+                mxus_per_core=(4, page + ": four MXUs per TensorCore"), mxu_size=(128, _MXU_128),
+                vpu_lanes=(128, _V5_VPU), vpu_sublanes=(8, _V5_VPU), host_link_bytes_per_s=(32e9, _PCIE4))
+
+
+# One row per field, laid out like the pages' tables: ((v5e value, note), (v5p value, note)).
+_V5_TABLE: dict[str, tuple] = {
+    "tensorcores_per_chip": ((1, "one TensorCore per chip"), (2, "topology table, 2x2x1 = 4 chips = 8 cores")),
+    "clock_hz": ((1.5e9, _CLOCK_RULE + " = 197e12 / (1 x 4 x 128^2 x 2) = 1.503 GHz"),
+                 (1.75e9, _CLOCK_RULE + " = 459e12 / (2 x 4 x 128^2 x 2) = 1.751 GHz")),
+    "bf16_flops_per_s": ((197e12, "peak compute per chip (bf16)"), (459e12, "peak compute per chip (bf16)")),
+    "int8_ops_per_s": ((393e12, "peak compute per chip (Int8)"), (918e12, "peak compute per chip (Int8)")),
+    "hbm_bytes": ((16e9, "HBM2 capacity 16 GB"), (95e9, "HBM2e capacity 95 GB")),
+    "hbm_bytes_per_s": ((819e9, "HBM2 bandwidth 819 GBps (another revision: 800 GiBps)"),
+                        (2765e9, "HBM2e bandwidth 2765 GBps")),
+    "ici_bytes_per_s": ((400e9, "bidirectional ICI bandwidth per chip 400 GBps"),
+                        (600e9, "inter-chip interconnect 4800 Gbps = 600 GB/s")),
+    "ici_topology": (("2D torus", "interconnect topology"), ("3D torus", "interconnect topology")),
+    "chips_per_host": ((8, "chips per host"), (4, "topology table, 2x2x1 = 4 chips on 1 host")),
+    "pod_chips": ((256, "TPU Pod size"), (8960, "TPU Pod size")),
+}
+
+
+def _v5_preset(name: str, page: str, column: int, **own) -> TpuConfig:
+    rows = {key: (row[column][0], f"{page}: {row[column][1]}") for key, row in _V5_TABLE.items()}
+    return TpuConfig.cited(name, **_v5(page), **rows, **own)
+
 
 v6e = TpuConfig(name="v6e")
-
-v5e = TpuConfig.cited(
-    "v5e",
-    generation=("v5e", V5E),
-    tensorcores_per_chip=(1, V5E + ": each v5e chip contains one TensorCore"),
-    mxus_per_core=(4, V5E + ": four MXUs per TensorCore"),
-    mxu_size=(128, "docs.jax.dev/en/latest/pallas/tpu (128x128 MXUs before v6e)"),
-    clock_hz=(1.5e9, _CLOCK_RULE + " = 197e12 / (1 x 4 x 128^2 x 2) = 1.503 GHz"),
-    bf16_flops_per_s=(197e12, V5E + ": peak compute per chip (bf16)"),
-    int8_ops_per_s=(393e12, V5E + ": peak compute per chip (Int8)"),
-    vpu_lanes=(128, _V5_VPU),
-    vpu_sublanes=(8, _V5_VPU),
-    hbm_bytes=(16e9, V5E + ": HBM2 capacity 16 GB"),
-    hbm_bytes_per_s=(819e9, V5E + ": HBM2 bandwidth 819 GBps (another revision: 800 GiBps)"),
-    ici_bytes_per_s=(400e9, V5E + ": bidirectional ICI bandwidth per chip 400 GBps"),
-    ici_ports=(4, V5E + ": ICI ports per chip"),
-    ici_topology=("2D torus", V5E + ": interconnect topology"),
-    chips_per_host=(8, V5E + ": chips per host"),
-    pod_chips=(256, V5E + ": TPU Pod size"),
-    host_link_bytes_per_s=(32e9, ASSUMPTION + ": PCIe Gen4 x16 (16 GT/s) -> 32 GB/s per direction"),
-)
-
-v5p = TpuConfig.cited(
-    "v5p",
-    generation=("v5p", V5P),
-    tensorcores_per_chip=(2, V5P + ": topology table, 2x2x1 = 4 chips = 8 cores"),
-    mxus_per_core=(4, V5P + ": four MXUs per TensorCore"),
-    mxu_size=(128, "docs.jax.dev/en/latest/pallas/tpu (128x128 MXUs before v6e)"),
-    clock_hz=(1.75e9, _CLOCK_RULE + " = 459e12 / (2 x 4 x 128^2 x 2) = 1.751 GHz"),
-    bf16_flops_per_s=(459e12, V5P + ": peak compute per chip (bf16)"),
-    int8_ops_per_s=(918e12, V5P + ": peak compute per chip (Int8)"),
-    vpu_lanes=(128, _V5_VPU),
-    vpu_sublanes=(8, _V5_VPU),
-    hbm_bytes=(95e9, V5P + ": HBM2e capacity 95 GB"),
-    hbm_bytes_per_s=(2765e9, V5P + ": HBM2e bandwidth 2765 GBps"),
-    ici_bytes_per_s=(600e9, V5P + ": inter-chip interconnect 4800 Gbps = 600 GB/s"),
-    ici_ports=(6, ASSUMPTION + ": a 3D torus gives each chip six neighbours"),
-    ici_topology=("3D torus", V5P + ": interconnect topology"),
-    chips_per_host=(4, V5P + ": topology table, 2x2x1 = 4 chips on 1 host"),
-    pod_chips=(8960, V5P + ": TPU Pod size"),
-    host_link_bytes_per_s=(32e9, ASSUMPTION + ": PCIe Gen4 x16 (16 GT/s) -> 32 GB/s per direction"),
-)
+v5e = _v5_preset("v5e", V5E, 0, ici_ports=(4, V5E + ": ICI ports per chip"))
+v5p = _v5_preset("v5p", V5P, 1, ici_ports=(6, ASSUMPTION + ": a 3D torus gives each chip six neighbours"))
 
 PRESETS: dict[str, TpuConfig] = {cfg.name: cfg for cfg in (v5e, v5p, v6e)}
 

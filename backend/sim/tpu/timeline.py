@@ -12,12 +12,13 @@ the VPU, ``hbm`` the memory stream, ``copy`` the host link.
 """
 from __future__ import annotations
 
-from backend.sim.descriptors import OpRecord, TensorDesc
+from backend.sim.descriptors import OpRecord
 from backend.sim.presets import DEFAULT_TPU_TARGET
 from backend.sim.tpu.cost import FusionCost, fused_cost, transfer_ns
 from backend.sim.tpu.fusion import PendingFusion
 from backend.sim.tpu.presets import TpuConfig, get_tpu
-from backend.sim.trace import InstructionEvent, OpSummary, Trace
+from backend.sim.stream import StreamTimeline, describe_shapes
+from backend.sim.trace import OpSummary, Trace
 
 __all__ = ["TpuSession", "TPU_ENGINES", "COMPILED_PATH_NOTE"]
 
@@ -26,12 +27,10 @@ COMPILED_PATH_NOTE = ("TPU timing assumes the compiled (XLA) path: ops are group
                       "with no per-op launch, as TPUs run whole-graph compiled programs")
 
 
-def _shapes(tensors: tuple[TensorDesc, ...]) -> str:
-    return ", ".join(f"{'x'.join(map(str, t.shape)) or 'scalar'} {t.dtype}" for t in tensors)
-
-
-class TpuSession:
+class TpuSession(StreamTimeline):
     """Accumulates fusions into a :class:`Trace` (device_kind ``"tpu"``)."""
+
+    engines = TPU_ENGINES
 
     def __init__(self, preset: str | TpuConfig = DEFAULT_TPU_TARGET, max_events: int = 200_000) -> None:
         self.config = get_tpu(preset)
@@ -58,7 +57,7 @@ class TpuSession:
         """Add one op to the running fusion (or cost it, for transfers and views)."""
         if record.transfer:
             self._close_fusion()
-            self._feed_transfer(record)
+            self._feed_transfer(record, 0.0)
         elif record.is_view:
             self._pending.pass_view(record)
             self._append(self._summary(record.name, "view", record, self._now_ns))
@@ -72,11 +71,8 @@ class TpuSession:
         """Cost one compiled kernel as one fusion (views inside are free)."""
         self._close_fusion()
         work = [r for r in records if not r.is_view and not r.transfer]
-        summary = self._feed_cost(name, "kernel", None, fused_cost(self.config, work, internal_bytes_saved))
-        summary.nodes = tuple(nodes)
-        summary.source = source
-        summary.input_shapes = "; ".join(_shapes(r.inputs) for r in work)
-        summary.output_shapes = "; ".join(_shapes(r.outputs) for r in work)
+        cost = fused_cost(self.config, work, internal_bytes_saved)
+        self._label_kernel(self._feed_cost(name, "kernel", None, cost), work, nodes, source)
 
     # -- internals ---------------------------------------------------------------------------
     def _close_fusion(self) -> None:
@@ -90,27 +86,10 @@ class TpuSession:
             return
         summary = self._feed_cost(f"fusion({records[0].name} +{len(records) - 1})", "kernel", records[0], cost)
         summary.nodes = tuple(r.name for r in records)
-        summary.output_shapes = _shapes(records[-1].outputs)
+        summary.output_shapes = describe_shapes(records[-1].outputs)
 
-    def _summary(self, name: str, kind: str, record: OpRecord | None, end_ns: float) -> OpSummary:
-        return OpSummary(
-            op_index=len(self._trace.ops), name=name, kind=kind, start_ns=self._now_ns,
-            end_ns=end_ns, busy_ns=dict.fromkeys(TPU_ENGINES, 0.0),
-            input_shapes=_shapes(record.inputs) if record else "",
-            output_shapes=_shapes(record.outputs) if record else "",
-            source=record.source if record else None)
-
-    def _append(self, summary: OpSummary) -> OpSummary:
-        self._trace.add_op(summary)
-        self._now_ns = summary.end_ns
-        return summary
-
-    def _event(self, start_ns: float, duration_ns: float, engine: str, opcode: str,
-               op_index: int, nbytes: int = 0, flops: int = 0) -> float:
-        if duration_ns > 0:
-            self._trace.add_event(InstructionEvent(start_ns, start_ns + duration_ns, engine,
-                                                   opcode, op_index, nbytes, flops))
-        return start_ns + duration_ns
+    def copy_ns(self, nbytes: int) -> float:
+        return transfer_ns(self.config, nbytes)
 
     def _feed_cost(self, name: str, kind: str, record: OpRecord | None, cost: FusionCost) -> OpSummary:
         summary = self._summary(name, kind, record, self._now_ns + cost.total_ns)
@@ -129,21 +108,3 @@ class TpuSession:
         self._event(start, cost.memory_ns, "hbm", "hbm_stream", index,
                     cost.hbm_read_bytes + cost.hbm_write_bytes)
         return self._append(summary)
-
-    def _feed_transfer(self, record: OpRecord) -> None:
-        if record.transfer not in ("h2d", "d2h"):
-            raise ValueError(f"unknown transfer {record.transfer!r} in {record.name}; expected 'h2d' or 'd2h'")
-        # the chip-side tensor sets the size: the output of h2d, the input of d2h
-        chip_side, host_side = ((record.outputs, record.inputs) if record.transfer == "h2d"
-                                else (record.inputs, record.outputs))
-        nbytes = sum(t.nbytes for t in (chip_side or host_side))
-        copy_ns = transfer_ns(self.config, nbytes)
-        summary = self._summary(record.name, "transfer", record, self._now_ns + copy_ns)
-        summary.busy_ns["copy"] = copy_ns
-        if record.transfer == "h2d":
-            summary.hbm_write_bytes = nbytes
-        else:
-            summary.hbm_read_bytes = nbytes
-        summary.instruction_count = 1
-        self._event(self._now_ns, copy_ns, "copy", f"memcpy_{record.transfer}", summary.op_index, nbytes)
-        self._append(summary)
