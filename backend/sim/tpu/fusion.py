@@ -38,6 +38,7 @@ class PendingFusion:
     """The fusion being built: its records and the HBM bytes its intermediates save."""
 
     records: list = field(default_factory=list)
+    views: list = field(default_factory=list)      # views fed while the fusion ran; free
     internal_bytes_saved: int = 0
     _live: dict = field(default_factory=dict)      # (shape, dtype) -> bytes, outputs of the last op
 
@@ -57,6 +58,8 @@ class PendingFusion:
         self._live = {_key(t): storage_bytes(t) for t in record.outputs}
 
     def pass_view(self, record: OpRecord) -> None:
-        """A view of a live intermediate is live too (XLA fuses reshapes and slices as bitcasts)."""
-        if self.records and any(_key(t) in self._live for t in record.inputs):
+        """Keep a view fed inside the fusion; a view of a live intermediate is live too (XLA fuses
+        reshapes and slices as bitcasts)."""
+        self.views.append(record)
+        if any(_key(t) in self._live for t in record.inputs):
             self._live.update({_key(t): storage_bytes(t) for t in record.outputs})

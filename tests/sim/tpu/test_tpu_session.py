@@ -61,9 +61,24 @@ def test_views_are_free_and_keep_an_intermediate_live():
     session.feed(rec("aten::view", [X], [T(10, 100, dtype=F)], is_view=True))
     session.feed(rec("aten::neg", [T(10, 100, dtype=F)], [T(10, 100, dtype=F)]))
     ops = session.trace.ops
-    assert [op.kind for op in ops] == ["view", "kernel"]
-    assert ops[0].end_ns == ops[0].start_ns == 0
-    assert (ops[1].hbm_read_bytes, ops[1].hbm_write_bytes) == (8000, 4000)
+    assert [op.kind for op in ops] == ["kernel", "view"]         # the view's row follows its fusion
+    assert ops[1].end_ns == ops[1].start_ns == ops[0].end_ns
+    assert (ops[0].hbm_read_bytes, ops[0].hbm_write_bytes) == (8000, 4000)
+
+
+def test_reading_the_trace_after_every_op_changes_nothing():
+    ops = [_ew("aten::mul", X, X), rec("aten::view", [X], [T(10, 100, dtype=F)], is_view=True),
+           rec("aten::neg", [T(10, 100, dtype=F)], [T(10, 100, dtype=F)]),
+           rec("aten::mm", [T(128, 128), T(128, 128)], [T(128, 128)]),
+           rec("aten::relu", [T(128, 128)], [T(128, 128)])]
+    quiet, watched = TpuSession(ROUND), TpuSession(ROUND)
+    for record in ops:
+        quiet.feed(record)
+        watched.feed(record)
+        assert watched.trace.ops            # a reader (the memory sampler) looks after every op
+    assert [o.to_record() for o in watched.trace.ops] == [o.to_record() for o in quiet.trace.ops]
+    assert watched.trace.events == quiet.trace.events
+    assert [o.kind for o in quiet.trace.ops] == ["kernel", "view", "kernel"]
 
 
 def test_transfers_close_the_fusion_and_use_the_host_link():
