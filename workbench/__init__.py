@@ -46,6 +46,8 @@ _LAZY = {
     "migration_report": "workbench.migration",
     "MigrationReport": "workbench.migration",
     "migration_report_for": "workbench.migration",
+    "cost": "workbench.pricing",
+    "cost_table": "workbench.pricing",
 }
 __all__ = ["__version__", "figures", *_LAZY]
 

@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 
 from backend.compile import compiled_graphs, register as register_compile_backend
-from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET
+from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET, DEFAULT_TPU_TARGET
+from backend.sim.tpu.timeline import COMPILED_PATH_NOTE
 from workbench.profiles import Profile
 
 __all__ = ["profile", "ProfileSession", "SIMULATED_DEVICES", "DEFAULT_TARGETS", "make_sink", "default_device",
@@ -25,11 +26,14 @@ __all__ = ["profile", "ProfileSession", "SIMULATED_DEVICES", "DEFAULT_TARGETS", 
 log = logging.getLogger(__name__)
 
 SIMULATED_DEVICES = ("neuron", "cuda")
-DEFAULT_TARGETS = {"neuron": DEFAULT_NEURON_TARGET, "cuda": DEFAULT_GPU_TARGET}
+DEFAULT_TARGETS = {"neuron": DEFAULT_NEURON_TARGET, "cuda": DEFAULT_GPU_TARGET, "tpu": DEFAULT_TPU_TARGET}
+# Cost models without a PyTorch device of their own: the model runs on the device named here
+# (a TPU's on ``neuron``) and profile() times the recorded ops with that cost model.
+RUNS_ON = {"tpu": "neuron"}
 
 
 def make_sink(device: str, target: str | None = None):
-    """The simulator session that costs ops for ``device`` ("neuron" or "cuda")."""
+    """The simulator session that costs ops for ``device`` ("neuron", "cuda" or "tpu")."""
     target = target or DEFAULT_TARGETS.get(device)
     if device == "neuron":
         from backend.lowering import EagerSession
@@ -37,7 +41,10 @@ def make_sink(device: str, target: str | None = None):
     if device == "cuda":
         from backend.sim.gpu import GpuSession
         return GpuSession(preset=target)
-    raise ValueError(f"no simulator for device {device!r}: profile() supports {SIMULATED_DEVICES}; "
+    if device == "tpu":
+        from backend.sim.tpu import TpuSession
+        return TpuSession(preset=target)
+    raise ValueError(f"no simulator for device {device!r}: profile() supports {(*SIMULATED_DEVICES, *RUNS_ON)}; "
                      "use compare() for measured CPU wall time")
 
 
@@ -105,6 +112,7 @@ class ProfileSession:
         self.timing_only = timing_only
         self.profile = Profile(meta={"device": device, "target": getattr(self.target, "name", self.target),
                                      "device_kind": device, "timing_only": timing_only,
+                                     **({"timing": COMPILED_PATH_NOTE} if device == "tpu" else {}),
                                      **(meta or {})})
         self._stack: contextlib.ExitStack | None = None
         # Graphs compiled by a warm-up run before the block still belong to this profile.
@@ -126,7 +134,7 @@ class ProfileSession:
             from backend.device.timing_only import timing_only
             self._stack.enter_context(timing_only())    # tensors made in the block hold no values
         self._stack.enter_context(recording(self.sink, with_source=self.source))
-        self.sampler = _Sampler(self.sink, self.device, self.on_op)
+        self.sampler = _Sampler(self.sink, RUNS_ON.get(self.device, self.device), self.on_op)
         self._stack.enter_context(recording(self.sampler))
         self._start = time.perf_counter()
         return self.profile
@@ -164,7 +172,8 @@ def profile(fn: Callable | None = None, *args, target: str | None = None, device
             timing_only: bool = False, **kwargs):
     """Profile ``fn(*args, **kwargs)`` on ``device``, or return a context manager when ``fn`` is None.
 
-    ``target`` defaults to trn2 for neuron and h100 for cuda; ``source`` records user source
+    ``target`` defaults to trn2 for neuron, h100 for cuda and v6e for tpu (the model runs on
+    ``neuron``, timed by the TPU cost model on the compiled path); ``source`` records user source
     lines per op; ``on_op(count)`` is called after every recorded op (progress bars);
     ``graphs_since`` (a ``len(compiled_graphs())`` taken earlier) attaches graphs compiled by a
     warm-up run before the profile started; ``timing_only`` makes tensors created while it runs

@@ -1,8 +1,9 @@
 """Hardware presets: the NeuronCore targets, and the one lookup for every kind of preset.
 
-Every preset class (:class:`NeuronConfig` here, ``backend.sim.gpu.GpuConfig``) is built on
-``backend.sim.spec``: typed frozen dataclasses whose fields carry a unit, a help text and a source
-(``config.explain("sbuf_bytes")``, ``print(config.table())``). :func:`get_target` finds any preset
+Every preset class (:class:`NeuronConfig` here, ``backend.sim.gpu.GpuConfig``,
+``backend.sim.tpu.TpuConfig``) is built on ``backend.sim.spec``: typed frozen dataclasses whose
+fields carry a unit, a help text and a source (``config.explain("sbuf_bytes")``,
+``print(config.table())``). :func:`get_target` finds any preset
 by name, :func:`kinds` and :func:`list_presets` list them, :func:`derive` makes what-ifs, and the
 default target of each kind is named once here.
 
@@ -17,14 +18,16 @@ from dataclasses import dataclass
 
 from backend.sim.spec import ASSUMPTION, HardwareConfig, spec
 
-__all__ = ["NeuronConfig", "TARGETS", "DEFAULT_NEURON_TARGET", "DEFAULT_GPU_TARGET", "DEFAULT_TARGETS",
+__all__ = ["NeuronConfig", "TARGETS", "DEFAULT_NEURON_TARGET", "DEFAULT_GPU_TARGET", "DEFAULT_TPU_TARGET",
+           "DEFAULT_TARGETS",
            "kinds", "list_presets", "get_target", "derive", "KiB", "MiB", "GiB"]
 
 KiB, MiB, GiB = 1024, 1024 ** 2, 1024 ** 3
 
 DEFAULT_NEURON_TARGET = "trn2"
 DEFAULT_GPU_TARGET = "h100"
-DEFAULT_TARGETS = {"neuron": DEFAULT_NEURON_TARGET, "gpu": DEFAULT_GPU_TARGET}
+DEFAULT_TPU_TARGET = "v6e"
+DEFAULT_TARGETS = {"neuron": DEFAULT_NEURON_TARGET, "gpu": DEFAULT_GPU_TARGET, "tpu": DEFAULT_TPU_TARGET}
 
 ARCH_V2 = "nki/guides/architecture/trainium_inferentia2_arch"
 ARCH_V3 = "nki/guides/architecture/trainium2_arch"
@@ -215,11 +218,12 @@ TARGETS: dict[str, NeuronConfig] = {c.name: c for c in (TRN1, TRN2, TRN3)}
 # -- the registry of every kind ---------------------------------------------------------------
 # kind -> (module, attribute) holding its presets. Imported on first lookup, so importing
 # backend.sim pulls in no other cost model and no preset module has to import this one first.
-_PRESET_TABLES = {"neuron": (__name__, "TARGETS"), "gpu": ("backend.sim.gpu.presets", "PRESETS")}
+_PRESET_TABLES = {"neuron": (__name__, "TARGETS"), "gpu": ("backend.sim.gpu.presets", "PRESETS"),
+                  "tpu": ("backend.sim.tpu.presets", "PRESETS")}
 
 
 def kinds() -> tuple[str, ...]:
-    """The kinds of hardware with presets, e.g. ``("neuron", "gpu")``."""
+    """The kinds of hardware with presets, e.g. ``("neuron", "gpu", "tpu")``."""
     return tuple(_PRESET_TABLES)
 
 

@@ -18,18 +18,19 @@ def test_known_targets_and_default():
 
 
 def test_one_lookup_for_every_kind():
-    assert kinds() == ("neuron", "gpu")
-    assert set(list_presets()) == {"trn1", "trn2", "trn3", "a100", "h100", "h200"}
+    assert kinds() == ("neuron", "gpu", "tpu")
+    assert set(list_presets()) == {"trn1", "trn2", "trn3", "a100", "h100", "h200", "v5e", "v5p", "v6e"}
     assert set(list_presets("gpu")) == {"a100", "h100", "h200"}
     assert get_target("H100") is h100 and isinstance(get_target("h200"), GpuConfig)
     assert get_target(kind="gpu").name == DEFAULT_GPU_TARGET == "h100"
     assert get_target("trn2", kind="neuron") is TARGETS["trn2"]
-    with pytest.raises(ValueError, match="unknown preset kind 'tpu9'; known: neuron, gpu"):
+    with pytest.raises(ValueError, match="unknown preset kind 'tpu9'; known: neuron, gpu, tpu"):
         list_presets("tpu9")
 
 
 def test_unknown_target_lists_known():
-    with pytest.raises(ValueError, match=r"^unknown target 'tpu'; known targets: a100, h100, h200, trn1, trn2, trn3$"):
+    with pytest.raises(ValueError, match=r"^unknown target 'tpu'; known targets: a100, h100, h200, trn1, trn2, trn3, "
+                                        r"v5e, v5p, v6e$"):
         get_target("tpu")
     with pytest.raises(ValueError, match=r"unknown target 'h100'; known neuron targets: trn1, trn2, trn3 "
                                          r"\('h100' is a gpu target\)"):

@@ -1,0 +1,78 @@
+"""The bookkeeping every one-stream timeline shares (the GPU and the TPU cost models).
+
+Work runs back to back on one stream: each costed op or kernel becomes an :class:`OpSummary`
+starting where the previous one ended, with one :class:`InstructionEvent` per busy track.
+Host<->device transfers pay an issue overhead, then copy over the host link on the ``copy``
+track. Subclasses set ``engines``, build ``self._trace`` and say what a copy costs.
+"""
+from __future__ import annotations
+
+from backend.sim.descriptors import OpRecord, TensorDesc
+from backend.sim.trace import InstructionEvent, OpSummary, Trace
+
+__all__ = ["StreamTimeline", "describe_shapes"]
+
+
+def describe_shapes(tensors: tuple[TensorDesc, ...]) -> str:
+    """``"4x8 float32, scalar bool"``."""
+    return ", ".join(f"{'x'.join(map(str, t.shape)) or 'scalar'} {t.dtype}" for t in tensors)
+
+
+class StreamTimeline:
+    """One stream's clock and trace; subclasses cost the work."""
+
+    engines: tuple[str, ...] = ()
+    _trace: Trace
+    _now_ns: float
+
+    def copy_ns(self, nbytes: int) -> float:
+        """Time to move ``nbytes`` over the host link."""
+        raise NotImplementedError
+
+    def _summary(self, name: str, kind: str, record: OpRecord | None, end_ns: float) -> OpSummary:
+        return OpSummary(
+            op_index=len(self._trace.ops), name=name, kind=kind, start_ns=self._now_ns,
+            end_ns=end_ns, busy_ns=dict.fromkeys(self.engines, 0.0),
+            input_shapes=describe_shapes(record.inputs) if record else "",
+            output_shapes=describe_shapes(record.outputs) if record else "",
+            source=record.source if record else None)
+
+    def _append(self, summary: OpSummary) -> OpSummary:
+        self._trace.add_op(summary)
+        self._now_ns = summary.end_ns
+        return summary
+
+    def _event(self, start_ns: float, duration_ns: float, engine: str, opcode: str,
+               op_index: int, nbytes: int = 0, flops: int = 0) -> float:
+        if duration_ns > 0:
+            self._trace.add_event(InstructionEvent(start_ns, start_ns + duration_ns, engine,
+                                                   opcode, op_index, nbytes, flops))
+        return start_ns + duration_ns
+
+    @staticmethod
+    def _label_kernel(summary: OpSummary, work: list[OpRecord], nodes, source: str | None) -> None:
+        """Name a compiled kernel's row after its FX nodes and the shapes of the ops it runs."""
+        summary.nodes = tuple(nodes)
+        summary.source = source
+        summary.input_shapes = "; ".join(describe_shapes(r.inputs) for r in work)
+        summary.output_shapes = "; ".join(describe_shapes(r.outputs) for r in work)
+
+    def _feed_transfer(self, record: OpRecord, issue_ns: float) -> None:
+        """A host<->device copy: ``issue_ns`` of host-side overhead, then the copy itself."""
+        if record.transfer not in ("h2d", "d2h"):
+            raise ValueError(f"unknown transfer {record.transfer!r} in {record.name}; expected 'h2d' or 'd2h'")
+        # the device-side tensor sets the size: the output of h2d, the input of d2h
+        device_side, host_side = ((record.outputs, record.inputs) if record.transfer == "h2d"
+                                  else (record.inputs, record.outputs))
+        nbytes = sum(t.nbytes for t in (device_side or host_side))
+        copy_ns = self.copy_ns(nbytes)
+        summary = self._summary(record.name, "transfer", record, self._now_ns + issue_ns + copy_ns)
+        summary.busy_ns["copy"] = copy_ns
+        if record.transfer == "h2d":
+            summary.hbm_write_bytes = nbytes
+        else:
+            summary.hbm_read_bytes = nbytes
+        summary.instruction_count = 1
+        self._event(self._now_ns + issue_ns, copy_ns, "copy", f"memcpy_{record.transfer}",
+                    summary.op_index, nbytes)
+        self._append(summary)

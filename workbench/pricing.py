@@ -1,0 +1,50 @@
+"""What a profiled step costs in dollars: per step, per 1M tokens (or samples), per dollar.
+
+    prof = wb.profile(step, batch, device="tpu", target="v6e")
+    wb.cost(prof, tokens_per_step=8 * 1024)            # the v6e per-chip price by default
+    wb.cost(prof, "tpu-v6e", tokens_per_step=8192)     # or a named instance
+    wb.cost_table({"h100": p1, "trn2": p2, "v6e": p3}, tokens_per_step=8192)
+
+Prices, their dates and sources, the rule that charges part of an instance and user overrides
+live in ``backend.sim.pricing`` (``set_price("p5.48xlarge", 55.0)``). A profile covering several
+steps divides its simulated time by ``steps``.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from backend.sim.pricing import CostEstimate, estimate, more_per_dollar, price
+from workbench.profiles import Profile
+
+__all__ = ["cost", "cost_table", "more_per_dollar"]
+
+
+def cost(profile, instance: str | None = None, *, tokens_per_step: float = 1.0, steps: int = 1,
+         devices: int = 1) -> CostEstimate:
+    """The cost of one step of ``profile`` on ``instance`` (default: the instance holding the
+    profile's target), with ``tokens_per_step`` tokens or samples per step."""
+    profile = Profile.coerce(profile)
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    inst = price(instance or profile.trace.target)
+    return estimate(profile.trace.total_time_ns * 1e-9 / steps, tokens_per_step, inst, devices)
+
+
+def cost_table(profiles, *, tokens_per_step: float = 1.0, steps: int = 1, instances=None,
+               unit: str = "tokens") -> pd.DataFrame:
+    """One row per profile: simulated step time, MFU and the cost columns.
+
+    ``profiles`` is a dict label -> Profile (or a list); ``instances`` optionally maps a label to
+    the instance to price it on.
+    """
+    items = profiles.items() if isinstance(profiles, dict) else ((None, p) for p in profiles)
+    rows = []
+    for label, prof in items:
+        prof = Profile.coerce(prof)
+        chosen = (instances or {}).get(label)
+        est = cost(prof, chosen, tokens_per_step=tokens_per_step, steps=steps)
+        rows.append({"label": label or f"{prof.trace.device_kind} {prof.trace.target}",
+                     "device_kind": prof.trace.device_kind, "target": prof.trace.target,
+                     "mfu_percent": prof.summary["mfu_estimated_percent"], **est.to_record(),
+                     f"usd_per_1m_{unit}": est.usd_per_million_items, f"{unit}_per_usd": est.items_per_usd})
+    return pd.DataFrame(rows)
