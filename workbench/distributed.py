@@ -9,6 +9,7 @@ collectives are priced but move no values.
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 
 import torch.distributed as dist
@@ -25,10 +26,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_rank(rank, fn, nprocs, args, backend, results):
+def _run_rank(rank, fn, nprocs, args, backend, environment, results):
+    os.environ.update(environment)      # in the rank's process only: the caller's stays as it was
     dist.init_process_group(backend, rank=rank, world_size=nprocs)
     try:
-        results.put((rank, fn(rank, nprocs, *args)))
+        # Pickled by value here: tensors would otherwise travel as shared-memory handles that die
+        # with this process before the caller reads them.
+        results.put((rank, pickle.dumps(fn(rank, nprocs, *args))))
     finally:
         dist.destroy_process_group()
 
@@ -41,15 +45,21 @@ def launch(fn, nprocs: int, *args, backend: str = BACKEND_NAME, topology: str | 
     "fork" lets a function defined in a notebook run; "spawn" needs an importable one. Results
     must pickle.
     """
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(_free_port())
+    environment = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     if topology is not None:
-        os.environ[TOPOLOGY_ENV] = topology
-    context = mp.get_context(start_method)
-    results = context.SimpleQueue()
-    mp.start_processes(_run_rank, args=(fn, nprocs, args, backend, results), nprocs=nprocs,
-                       start_method=start_method)
-    by_rank = dict(results.get() for _ in range(nprocs))
+        environment[TOPOLOGY_ENV] = topology
+    results = mp.get_context(start_method).SimpleQueue()
+    ranks = mp.start_processes(_run_rank, args=(fn, nprocs, args, backend, environment, results), nprocs=nprocs,
+                               start_method=start_method, join=False)
+    by_rank: dict = {}
+    finished = False
+    while not finished:
+        # Read while the ranks run: a result larger than the pipe's buffer blocks its rank until
+        # it is read. join() raises if a rank failed.
+        finished = ranks.join(timeout=0.05)
+        while not results.empty():
+            rank, blob = results.get()
+            by_rank[rank] = pickle.loads(blob)
     return [by_rank[r] for r in range(nprocs)]
 
 
