@@ -50,6 +50,16 @@ def _nbytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _flatten(lists):
+    """The tensors of a list of lists, and how to put a same-length list back into that shape."""
+    sizes = [len(ts) for ts in lists]
+
+    def regroup(flat):
+        it = iter(flat)
+        return [[next(it) for _ in range(n)] for n in sizes]
+    return [t for ts in lists for t in ts], regroup
+
+
 class NeuronProcessGroup(dist.ProcessGroup):
     """Collectives of one rank: values through ``exchange``, costs through the op stream."""
 
@@ -88,13 +98,9 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def allgather(self, output_lists, inputs, opts=None):
         opts = opts or dist.AllgatherOptions()
-        flat = [t for ts in output_lists for t in ts]
-        sizes = [len(ts) for ts in output_lists]
-
-        def issue(host_in, host_out):
-            it = iter(host_out)
-            return self._exchange.allgather([[next(it) for _ in range(n)] for n in sizes], host_in, opts)
-        return self._run("all_gather", _nbytes(output_lists[0]) if output_lists else 0, inputs, flat, issue)
+        flat, regroup = _flatten(output_lists)
+        return self._run("all_gather", _nbytes(output_lists[0]) if output_lists else 0, inputs, flat,
+                         lambda i, o: self._exchange.allgather(regroup(o), i, opts))
 
     def all_gather_single(self, output, input, opts=None):
         opts = opts or dist.AllgatherOptions()
@@ -103,13 +109,9 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         opts = opts or dist.ReduceScatterOptions()
-        flat = [t for ts in input_lists for t in ts]
-        sizes = [len(ts) for ts in input_lists]
-
-        def issue(host_in, host_out):
-            it = iter(host_in)
-            return self._exchange.reduce_scatter(host_out, [[next(it) for _ in range(n)] for n in sizes], opts)
-        return self._run("reduce_scatter", _nbytes(input_lists[0]) if input_lists else 0, flat, outputs, issue)
+        flat, regroup = _flatten(input_lists)
+        return self._run("reduce_scatter", _nbytes(input_lists[0]) if input_lists else 0, flat, outputs,
+                         lambda i, o: self._exchange.reduce_scatter(o, regroup(i), opts))
 
     def reduce_scatter_single(self, output, input, opts=None):
         opts = opts or dist.ReduceScatterOptions()

@@ -17,7 +17,7 @@ __all__ = ["COLLECTIVE_NAMESPACE"]
 COLLECTIVE_NAMESPACE = "collective"
 
 
-@lowering(*(f"{COLLECTIVE_NAMESPACE}::{name}" for name in COLLECTIVES), free=True)
+@lowering(*(f"{COLLECTIVE_NAMESPACE}::{name}" for name in COLLECTIVES))
 def _collective(ctx: OpContext) -> None:
     attrs = ctx.record.attrs
     cost = collective_cost(attrs["collective"], attrs["nbytes"], attrs["ranks"], attrs.get("topology"),

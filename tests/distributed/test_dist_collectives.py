@@ -34,10 +34,15 @@ def _collectives(rank, world):
             p2p.zero_()
             dist.recv(p2p, src=0)
         dist.barrier()
+    pieces = [torch.empty(2, device=d) for _ in range(world)]          # list forms: not on the lane check
+    dist.all_gather(pieces, torch.full((2,), float(rank), device=d))
+    summed = torch.empty(2, device=d)
+    dist.reduce_scatter(summed, [torch.full((2,), float(i + rank), device=d) for i in range(world)])
     lane = [(o.name, o.end_ns - o.start_ns) for o in session.trace.ops if o.name.startswith("collective::")]
     return {"all_reduce": t.tolist(), "all_gather": gathered.tolist(), "reduce_scatter": scattered.tolist(),
             "broadcast": b.tolist(), "all_to_all": a2a.tolist(), "send_recv": p2p.tolist(), "lane": lane,
-            "engines": session.trace.engines, "device": str(t.device), "backend": dist.get_backend()}
+            "engines": session.trace.engines,
+            "all_gather_list": [p.tolist() for p in pieces], "reduce_scatter_list": summed.tolist(), "device": str(t.device), "backend": dist.get_backend()}
 
 
 def test_every_collective_on_two_ranks_is_exact_and_priced():
@@ -49,6 +54,8 @@ def test_every_collective_on_two_ranks_is_exact_and_priced():
         assert r["broadcast"] == [1.0] * 3
         assert r["send_recv"] == [7.0, 7.0]
         assert "collective" in r["engines"]
+        assert r["all_gather_list"] == [[0.0, 0.0], [1.0, 1.0]]
+    assert r0["reduce_scatter_list"] == [1.0, 1.0] and r1["reduce_scatter_list"] == [3.0, 3.0]
     assert r0["reduce_scatter"] == [0.0, 2.0] and r1["reduce_scatter"] == [4.0, 6.0]
     assert r0["all_to_all"] == [0.0, 1.0, 10.0, 11.0] and r1["all_to_all"] == [2.0, 3.0, 12.0, 13.0]
     names = [name for name, _ in r0["lane"]]
