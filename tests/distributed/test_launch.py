@@ -1,8 +1,12 @@
 """``workbench.distributed.launch``: ranks' results come back by rank, however large."""
+import pytest
 import torch
 import torch.distributed as dist
 
 from workbench.distributed import launch
+
+
+pytestmark = pytest.mark.slow      # starts processes; fork from a threaded pytest worker can hang
 
 
 def _big_result(rank, world):
