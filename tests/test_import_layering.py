@@ -1,7 +1,7 @@
 """Imports point down, without exceptions: the layering rule of DESIGN.md, checked on the source.
 
     backend.sim < backend.lowering < backend.recording < {backend.device, backend.compile}
-                < workbench < extensions
+                < backend.distributed < workbench < extensions
 
 A module may import its own layer and the layers below it, never one above, and never a peer
 of its rank: device and compile meet only in ``backend.recording`` (the op stream), below both.
@@ -30,6 +30,7 @@ LAYERS = [
     ("backend.lowering",),
     ("backend.recording",),
     ("backend.device", "backend.compile"),
+    ("backend.distributed",),
     ("workbench",),
     ("extensions",),
 ]
@@ -40,6 +41,7 @@ THIRD_PARTY_FORBIDDEN = {
     "backend.recording": _GUI,
     "backend.device": _GUI,
     "backend.compile": _GUI,
+    "backend.distributed": _GUI,
 }
 # The one sanctioned upward import (see the module docstring).
 ALLOWED = {("workbench/__init__.py", "extensions")}

@@ -24,9 +24,11 @@ from importlib import import_module
 
 from backend.compile import declare as _declare_compile_backend
 from backend.device import register as _register_device
+from backend.distributed import register as _register_distributed
 from workbench.presenters import provide as _provide
 
 _register_device()
+_register_distributed()     # torch.distributed.init_process_group("neuron")
 _declare_compile_backend()   # torch.compile(backend="neuron"), without importing torch._dynamo
 
 __version__ = "0.1.0"

@@ -19,7 +19,7 @@ helpers, never in a cycle):
   (``EagerSession``: an op stream on one simulated NeuronCore).
 """
 from backend.lowering import (  # noqa: F401  (importing registers the lowerings)
-    attention, conv, data, elementwise, foreach, indexing, layout, losses, matmul, pooling, reductions, resample,
+    attention, collectives, conv, data, elementwise, foreach, indexing, layout, losses, matmul, pooling, reductions, resample,
     sorting,
 )
 from backend.lowering.eager import lower

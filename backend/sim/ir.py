@@ -15,7 +15,8 @@ from backend.sim.trace import OpSummary
 __all__ = ["Instruction", "Program", "ENGINES", "COMPUTE_ENGINES", "LEVELS", "PROGRAM_KINDS"]
 
 COMPUTE_ENGINES = ("tensor", "vector", "scalar", "gpsimd")
-ENGINES = (*COMPUTE_ENGINES, "dma", "host")
+# "collective": the collectives lane (collective cores / DMA rings), costed from a topology.
+ENGINES = (*COMPUTE_ENGINES, "dma", "host", "collective")
 LEVELS = ("hbm", "sbuf", "psum", "host")
 PROGRAM_KINDS = ("op", "kernel", "fallback", "transfer", "view")
 
@@ -24,7 +25,7 @@ PROGRAM_KINDS = ("op", "kernel", "fallback", "transfer", "view")
 class Instruction:
     """One stream entry; sizes are per hardware instruction, traffic and flops are totals.
 
-    engine: "tensor" | "vector" | "scalar" | "gpsimd" | "dma" | "host".
+    engine: "tensor" | "vector" | "scalar" | "gpsimd" | "dma" | "host" | "collective".
     opcode: NKI ISA name ("nc_matmul", "tensor_tensor", "activation", "dma_copy", ...).
     repeat: identical hardware instructions this entry stands for, run back to back.
     partitions / free_size: the tile, partition axis x elements per partition (N in the ISA).

@@ -114,10 +114,10 @@ class Simulator:
     def _schedule(self, program: Program, start_ns: float, summary: OpSummary) -> float:
         t = self.target
         trace, op_index = self.trace, summary.op_index
-        free = dict.fromkeys((*COMPUTE_ENGINES, "host"), start_ns)
+        free = dict.fromkeys((*COMPUTE_ENGINES, "host", "collective"), start_ns)
         dma_lines = [_Timeline() for _ in range(t.dma_engines)]
         ports: dict[str, float] = {}
-        busy = dict.fromkeys(("tensor", "vector", "scalar", "gpsimd", "dma", "host"), 0.0)
+        busy = dict.fromkeys(("tensor", "vector", "scalar", "gpsimd", "dma", "host", "collective"), 0.0)
         counts: dict[str, int] = {}
         traffic = dict.fromkeys(TRAFFIC_FIELDS, 0)
         ends: list[float] = []
@@ -138,6 +138,8 @@ class Simulator:
                 for p in used:
                     ports[p] = end
                 busy[engine] += duration
+                if engine == "collective" and engine not in trace.engines:
+                    trace.engines = (*trace.engines, engine)   # the lane appears with its first collective
                 trace.add_event(InstructionEvent(begin, end, engine, ins.opcode, op_index,
                                                  ins.nbytes * ins.repeat, ins.flops))
             ends.append(end)

@@ -1,0 +1,60 @@
+"""Registration of the ``"neuron"`` backend with ``torch.distributed``.
+
+``Backend.register_backend("neuron", ..., extended_api=True, devices=["neuron"])``: PyTorch calls
+:func:`create_process_group` from ``init_process_group("neuron")`` and ``new_group``. Which
+exchange moves the values is chosen by the options: ``NeuronOptions(fake=True)`` (with PyTorch's
+``FakeStore``) simulates one rank of a large world on ``FakeProcessGroup``; otherwise gloo.
+The topology pricing the collectives comes from the options, else ``$WORKBENCH_TOPOLOGY``,
+else the default preset, so ranks started by ``torch.multiprocessing`` or torchrun agree.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch.distributed as dist
+from torch._C._distributed_c10d import FakeProcessGroup
+
+from backend.sim.topology import get_topology
+
+from .process_group import NeuronProcessGroup
+
+__all__ = ["BACKEND_NAME", "TOPOLOGY_ENV", "NeuronOptions", "create_process_group", "register", "is_registered"]
+
+BACKEND_NAME = "neuron"
+TOPOLOGY_ENV = "WORKBENCH_TOPOLOGY"
+
+
+@dataclass
+class NeuronOptions:
+    """``pg_options`` of ``init_process_group("neuron", ...)``.
+
+    fake: simulate this rank of the world without exchanging values (PyTorch's fake process
+        group); collectives are still priced.
+    topology: the interconnect preset (``backend.sim.topology``) pricing the collectives.
+    """
+
+    fake: bool = False
+    topology: str | None = None
+
+
+def create_process_group(common_opts, backend_opts) -> NeuronProcessGroup:
+    """PyTorch's extended-API creator: ``common_opts`` carries store, group rank, size and timeout."""
+    options = backend_opts if isinstance(backend_opts, NeuronOptions) else NeuronOptions()
+    rank, size = common_opts.group_rank, common_opts.group_size
+    topology = get_topology(options.topology or os.environ.get(TOPOLOGY_ENV)).name
+    if options.fake:
+        exchange = FakeProcessGroup._create_internal(rank, size)
+    else:
+        exchange = dist.ProcessGroupGloo(common_opts.store, rank, size, common_opts.timeout)
+    return NeuronProcessGroup(exchange, rank, size, topology)
+
+
+def is_registered() -> bool:
+    return BACKEND_NAME.upper() in dist.Backend._plugins
+
+
+def register() -> None:
+    """Register the backend once per process (importing the workbench does it)."""
+    if not is_registered():
+        dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True, devices=["neuron"])

@@ -1,0 +1,143 @@
+"""``NeuronProcessGroup``: the process group behind ``init_process_group("neuron")``.
+
+A Python ``ProcessGroup`` (PyTorch forwards its C++ virtual calls here, so DDP's reducer uses it
+too). Each collective unwraps device tensors to the host tensors that hold their values, lets an
+exchange backend move the values -- gloo between real ranks, PyTorch's ``FakeProcessGroup`` for
+one rank of a large world (no values move) -- and reports the collective to the op stream, where
+the topology model prices it. Work handles are the exchange's own, re-pointed at the device
+tensors, so ``wait()`` and ``get_future()`` behave as PyTorch's do.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from .reporting import host_tensors, report_collective
+
+__all__ = ["NeuronProcessGroup", "DeviceWork"]
+
+
+class DeviceWork(dist.Work):
+    """The exchange's Work, whose future yields the device tensors rather than their host ones
+    (DDP's reducer reads the reduced bucket from it). ``work`` is None when nothing was issued."""
+
+    def __init__(self, work, outputs: list):
+        super().__init__()
+        self._work = work
+        self._outputs = outputs
+
+    def wait(self, timeout=None) -> bool:
+        if self._work is not None:
+            self._work.wait() if timeout is None else self._work.wait(timeout)
+        return True
+
+    def is_completed(self) -> bool:
+        return self._work is None or self._work.is_completed()
+
+    def get_future(self) -> torch.futures.Future:
+        outputs = self._outputs
+        try:
+            return self._work.get_future().then(lambda _: outputs)
+        except (AttributeError, RuntimeError):
+            # No future for this op (gloo's reduce_scatter_base, or nothing issued): finish it now.
+            self.wait()
+            done = torch.futures.Future()
+            done.set_result(outputs)
+            return done
+
+
+def _nbytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _flatten(lists):
+    """The tensors of a list of lists, and how to put a same-length list back into that shape."""
+    sizes = [len(ts) for ts in lists]
+
+    def regroup(flat):
+        it = iter(flat)
+        return [[next(it) for _ in range(n)] for n in sizes]
+    return [t for ts in lists for t in ts], regroup
+
+
+class NeuronProcessGroup(dist.ProcessGroup):
+    """Collectives of one rank: values through ``exchange``, costs through the op stream."""
+
+    def __init__(self, exchange, rank: int, size: int, topology: str):
+        super().__init__(rank, size)
+        self._exchange = exchange
+        self.topology = topology
+
+    def getBackendName(self) -> str:   # noqa: N802  (PyTorch's C++ name, overridden through pybind)
+        return "neuron"
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _run(self, collective: str, nbytes: int, inputs, outputs, issue):
+        """Report, then issue ``issue(host inputs, host outputs)``; a Work that yields ``outputs``."""
+        host_in, in_device = host_tensors(inputs)
+        host_out, out_device = host_tensors(outputs)
+        if in_device or out_device:
+            report_collective(collective, nbytes, self.size(), self.topology, inputs=host_in, outputs=host_out)
+        return DeviceWork(issue(host_in, host_out), list(outputs))
+
+    # -- the collectives ------------------------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        opts = opts or dist.AllreduceOptions()
+        return self._run("all_reduce", _nbytes(tensors), tensors, tensors,
+                         lambda i, o: self._exchange.allreduce(o, opts))
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        opts = opts or dist.AllreduceCoalescedOptions()
+        return self._run("all_reduce", _nbytes(tensors), tensors, tensors,
+                         lambda i, o: self._exchange.allreduce_coalesced(o, opts))
+
+    def broadcast(self, tensors, opts=None):
+        opts = opts or dist.BroadcastOptions()
+        return self._run("broadcast", _nbytes(tensors), tensors, tensors,
+                         lambda i, o: self._exchange.broadcast(o, opts))
+
+    def allgather(self, output_lists, inputs, opts=None):
+        opts = opts or dist.AllgatherOptions()
+        flat, regroup = _flatten(output_lists)
+        return self._run("all_gather", _nbytes(output_lists[0]) if output_lists else 0, inputs, flat,
+                         lambda i, o: self._exchange.allgather(regroup(o), i, opts))
+
+    def all_gather_single(self, output, input, opts=None):
+        opts = opts or dist.AllgatherOptions()
+        return self._run("all_gather", _nbytes([output]), [input], [output],
+                         lambda i, o: self._exchange._allgather_base(o[0], i[0], opts))
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        opts = opts or dist.ReduceScatterOptions()
+        flat, regroup = _flatten(input_lists)
+        return self._run("reduce_scatter", _nbytes(input_lists[0]) if input_lists else 0, flat, outputs,
+                         lambda i, o: self._exchange.reduce_scatter(o, regroup(i), opts))
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        opts = opts or dist.ReduceScatterOptions()
+        return self._run("reduce_scatter", _nbytes([input]), [input], [output],
+                         lambda i, o: self._exchange._reduce_scatter_base(o[0], i[0], opts))
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        opts = opts or dist.AllToAllOptions()
+        return self._run("all_to_all", _nbytes([input]), [input], [output],
+                         lambda i, o: self._exchange.alltoall_base(o[0], i[0], output_split_sizes,
+                                                                   input_split_sizes, opts))
+
+    alltoall_base = all_to_all_single
+
+    def send(self, tensors, dst, tag=0):
+        return self._run("send_recv", _nbytes(tensors), tensors, (),
+                         lambda i, o: self._exchange.send(i, dst, tag))
+
+    def recv(self, tensors, src, tag=0):
+        return self._run("send_recv", _nbytes(tensors), (), tensors,
+                         lambda i, o: self._exchange.recv(o, src, tag))
+
+    def barrier(self, opts=None):
+        opts = opts or dist.BarrierOptions()
+        # A barrier moves no data; it still occupies the lane, so it is reported like a collective
+        # whenever someone is recording.
+        report_collective("barrier", 0, self.size(), self.topology)
+        return self._exchange.barrier(opts)
+

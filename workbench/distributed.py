@@ -1,0 +1,72 @@
+"""Run a function on N ranks of the simulated device: ``launch(fn, nprocs)``.
+
+A thin wrapper over ``torch.multiprocessing``: it picks a free rendezvous port, starts the
+ranks, initialises the ``"neuron"`` process group in each (gloo underneath, so values equal a
+CPU run), calls ``fn(rank, world_size, *args)`` and returns each rank's result, in rank order.
+``fake_world`` is the other mode: this process becomes one rank of a large world whose
+collectives are priced but move no values.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from backend.distributed import BACKEND_NAME, TOPOLOGY_ENV, NeuronOptions
+
+__all__ = ["launch", "fake_world"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_rank(rank, fn, nprocs, args, backend, environment, results):
+    os.environ.update(environment)      # in the rank's process only: the caller's stays as it was
+    dist.init_process_group(backend, rank=rank, world_size=nprocs)
+    try:
+        # Pickled by value here: tensors would otherwise travel as shared-memory handles that die
+        # with this process before the caller reads them.
+        results.put((rank, pickle.dumps(fn(rank, nprocs, *args))))
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(fn, nprocs: int, *args, backend: str = BACKEND_NAME, topology: str | None = None,
+           start_method: str = "fork") -> list:
+    """Run ``fn(rank, nprocs, *args)`` on ``nprocs`` ranks; returns their results by rank.
+
+    ``backend="gloo"`` runs the same function on plain CPU ranks, for comparison. ``start_method``
+    "fork" lets a function defined in a notebook run; "spawn" needs an importable one. Results
+    must pickle.
+    """
+    environment = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    if topology is not None:
+        environment[TOPOLOGY_ENV] = topology
+    results = mp.get_context(start_method).SimpleQueue()
+    ranks = mp.start_processes(_run_rank, args=(fn, nprocs, args, backend, environment, results), nprocs=nprocs,
+                               start_method=start_method, join=False)
+    by_rank: dict = {}
+    finished = False
+    while not finished:
+        # Read while the ranks run: a result larger than the pipe's buffer blocks its rank until
+        # it is read. join() raises if a rank failed.
+        finished = ranks.join(timeout=0.05)
+        while not results.empty():
+            rank, blob = results.get()
+            by_rank[rank] = pickle.loads(blob)
+    return [by_rank[r] for r in range(nprocs)]
+
+
+def fake_world(world_size: int, rank: int = 0, topology: str | None = None) -> None:
+    """Make this process rank ``rank`` of a ``world_size`` world on PyTorch's fake process group:
+    no values are exchanged, every collective is still priced on ``topology``."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group(BACKEND_NAME, store=FakeStore(), rank=rank, world_size=world_size,
+                            pg_options=NeuronOptions(fake=True, topology=topology))
