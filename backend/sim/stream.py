@@ -57,8 +57,9 @@ class StreamTimeline:
         summary.input_shapes = "; ".join(describe_shapes(r.inputs) for r in work)
         summary.output_shapes = "; ".join(describe_shapes(r.outputs) for r in work)
 
-    def _feed_transfer(self, record: OpRecord, issue_ns: float) -> None:
-        """A host<->device copy: ``issue_ns`` of host-side overhead, then the copy itself."""
+    def _feed_transfer(self, record: OpRecord, copy_start_ns: float) -> None:
+        """A host<->device copy starting at ``copy_start_ns`` (after its host-side overhead); its
+        row spans from the stream's previous end."""
         if record.transfer not in ("h2d", "d2h"):
             raise ValueError(f"unknown transfer {record.transfer!r} in {record.name}; expected 'h2d' or 'd2h'")
         # the device-side tensor sets the size: the output of h2d, the input of d2h
@@ -66,13 +67,12 @@ class StreamTimeline:
                                   else (record.inputs, record.outputs))
         nbytes = sum(t.nbytes for t in (device_side or host_side))
         copy_ns = self.copy_ns(nbytes)
-        summary = self._summary(record.name, "transfer", record, self._now_ns + issue_ns + copy_ns)
+        summary = self._summary(record.name, "transfer", record, copy_start_ns + copy_ns)
         summary.busy_ns["copy"] = copy_ns
         if record.transfer == "h2d":
             summary.hbm_write_bytes = nbytes
         else:
             summary.hbm_read_bytes = nbytes
         summary.instruction_count = 1
-        self._event(self._now_ns + issue_ns, copy_ns, "copy", f"memcpy_{record.transfer}",
-                    summary.op_index, nbytes)
+        self._event(copy_start_ns, copy_ns, "copy", f"memcpy_{record.transfer}", summary.op_index, nbytes)
         self._append(summary)

@@ -19,23 +19,22 @@ whole group.
 """
 from __future__ import annotations
 
-from backend.sim.descriptors import OpRecord, TensorDesc
+from backend.sim.descriptors import OpRecord
 from backend.sim.gpu.cost import KernelCost, fused_cost, record_cost, transfer_ns
 from backend.sim.gpu.presets import GpuConfig, get_gpu
 from backend.sim.presets import DEFAULT_GPU_TARGET
-from backend.sim.trace import InstructionEvent, OpSummary, Trace
+from backend.sim.stream import StreamTimeline
+from backend.sim.trace import OpSummary, Trace
 
 __all__ = ["GpuSession", "GPU_ENGINES"]
 
 GPU_ENGINES = ("tensor_core", "cuda_core", "hbm", "copy")
 
 
-def _shapes(tensors: tuple[TensorDesc, ...]) -> str:
-    return ", ".join(f"{'x'.join(map(str, t.shape)) or 'scalar'} {t.dtype}" for t in tensors)
-
-
-class GpuSession:
+class GpuSession(StreamTimeline):
     """Accumulates one stream's kernels into a :class:`Trace` (device_kind ``"cuda"``)."""
+
+    engines = GPU_ENGINES
 
     def __init__(self, preset: str | GpuConfig = DEFAULT_GPU_TARGET, max_events: int = 200_000,
                  graph_replay: bool = False) -> None:
@@ -61,15 +60,15 @@ class GpuSession:
                             hbm_bytes_per_s=cfg.hbm_bytes_per_s,
                             max_events=self.max_events, engines=GPU_ENGINES)
         self._host_ns = 0.0      # when the host has finished enqueuing everything so far
-        self._device_ns = 0.0    # when the stream has finished running everything so far
+        self._now_ns = 0.0       # when the stream has finished running everything so far
 
     # -- feeding -----------------------------------------------------------------------------
     def feed(self, record: OpRecord) -> None:
         """Cost one eager op on the stream."""
         if record.transfer:
-            self._feed_transfer(record)
+            self._feed_copy(record)
         elif record.is_view:
-            self._append(self._summary(record.name, "view", record, self._device_ns))
+            self._append(self._summary(record.name, "view", record, self._now_ns))
         else:
             self._feed_cost(record.name, "op", record, record_cost(self.config, record, self.launch_ns))
 
@@ -78,37 +77,16 @@ class GpuSession:
         """Cost one compiled kernel that runs ``records`` fused (views inside are free)."""
         work = [r for r in records if not r.is_view and not r.transfer]
         cost = fused_cost(self.config, work, self.launch_ns, internal_bytes_saved)
-        summary = self._feed_cost(name, "kernel", None, cost)
-        summary.nodes = tuple(nodes)
-        summary.source = source
-        summary.input_shapes = "; ".join(_shapes(r.inputs) for r in work)
-        summary.output_shapes = "; ".join(_shapes(r.outputs) for r in work)
+        self._label_kernel(self._feed_cost(name, "kernel", None, cost), work, nodes, source)
 
     # -- internals ---------------------------------------------------------------------------
-    def _summary(self, name: str, kind: str, record: OpRecord | None, end_ns: float) -> OpSummary:
-        return OpSummary(
-            op_index=len(self._trace.ops), name=name, kind=kind, start_ns=self._device_ns,
-            end_ns=end_ns, busy_ns=dict.fromkeys(GPU_ENGINES, 0.0),
-            input_shapes=_shapes(record.inputs) if record else "",
-            output_shapes=_shapes(record.outputs) if record else "",
-            source=record.source if record else None)
-
-    def _append(self, summary: OpSummary) -> OpSummary:
-        self._trace.add_op(summary)
-        self._device_ns = summary.end_ns
-        return summary
+    def copy_ns(self, nbytes: int) -> float:
+        return transfer_ns(self.config, nbytes)
 
     def _enqueue(self) -> float:
         """Host enqueues one more launch; returns when the device may start it."""
         self._host_ns += self.launch_ns
-        return max(self._host_ns, self._device_ns)
-
-    def _event(self, start_ns: float, duration_ns: float, engine: str, opcode: str,
-               op_index: int, nbytes: int = 0, flops: int = 0) -> float:
-        if duration_ns > 0:
-            self._trace.add_event(InstructionEvent(start_ns, start_ns + duration_ns, engine,
-                                                   opcode, op_index, nbytes, flops))
-        return start_ns + duration_ns
+        return max(self._host_ns, self._now_ns)
 
     def _feed_cost(self, name: str, kind: str, record: OpRecord | None, cost: KernelCost) -> OpSummary:
         start = self._enqueue()
@@ -127,24 +105,8 @@ class GpuSession:
                     index, cost.hbm_read_bytes + cost.hbm_write_bytes)
         return self._append(summary)
 
-    def _feed_transfer(self, record: OpRecord) -> None:
-        if record.transfer not in ("h2d", "d2h"):
-            raise ValueError(f"unknown transfer {record.transfer!r} in {record.name}; expected 'h2d' or 'd2h'")
-        # the device-side tensor sets the size: the output of h2d, the input of d2h
-        device_side, host_side = ((record.outputs, record.inputs) if record.transfer == "h2d"
-                                  else (record.inputs, record.outputs))
-        nbytes = sum(t.nbytes for t in (device_side or host_side))
-        copy_ns = transfer_ns(self.config, nbytes)
+    def _feed_copy(self, record: OpRecord) -> None:
         # a copy pays the same host-side API overhead as a kernel launch, then waits for the
         # queue to drain; the host blocks until it is done
-        start = self._enqueue()
-        summary = self._summary(record.name, "transfer", record, start + copy_ns)
-        summary.busy_ns["copy"] = copy_ns
-        if record.transfer == "h2d":
-            summary.hbm_write_bytes = nbytes
-        else:
-            summary.hbm_read_bytes = nbytes
-        summary.instruction_count = 1
-        self._event(start, copy_ns, "copy", f"memcpy_{record.transfer}", summary.op_index, nbytes)
-        self._append(summary)
-        self._host_ns = self._device_ns
+        self._feed_transfer(record, self._enqueue())
+        self._host_ns = self._now_ns

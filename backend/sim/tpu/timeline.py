@@ -66,7 +66,7 @@ class TpuSession(StreamTimeline):
         self._reopen()
         if record.transfer:
             self._close_fusion()
-            self._feed_transfer(record, 0.0)
+            self._feed_transfer(record, self._now_ns)
         elif record.is_view:
             if self._pending:
                 self._pending.pass_view(record)
