@@ -94,9 +94,9 @@ _register("kernel.resident_fraction", 0.5, "x usable SBUF", plausible=(0.25, 0.7
 _register("attention.head_groups", 8, "groups", plausible=(4, 16), integer=True,
           why="head groups of fused attention, software-pipelined by one stage; more groups overlap "
               "TensorE with the softmax engines better")
-_register("attention.psum_buffers", 2, "buffers", plausible=(1, 4), integer=True,
+_register("attention.psum_buffers", 2, "buffers", plausible=(2, 4), integer=True,
           why="score and product tiles in flight per PSUM buffer: double buffering lets TensorE fill one "
-              "while VectorE/ScalarE read the other")
+              "while VectorE/ScalarE read the other (the pipelined lowering needs at least 2)")
 
 # -- other lowering choices ----------------------------------------------------------------------
 _register("data.min_dma_run_bytes", 512, "B", plausible=(256, 2048), integer=True,

@@ -126,3 +126,20 @@ def test_cached_gemm_plans_follow_an_override():
         tight = plan_blocked_gemm(shape, trn1)
         assert tight.sbuf_bytes <= 0.2 * trn1.sbuf_usable_bytes < default.sbuf_bytes
     assert plan_blocked_gemm(shape, trn1) == default
+
+
+def test_attention_lowers_at_both_ends_of_every_attention_assumption():
+    """A sensitivity pass moves each assumption to its range ends: the lowering must accept them."""
+    from backend.lowering.eager import lower
+    from backend.sim import assumptions
+    from backend.sim.descriptors import OpRecord, TensorDesc
+    from backend.sim.presets import get_target
+
+    q = TensorDesc((1, 16, 256, 64), "bfloat16", None)
+    record = OpRecord(index=0, name="aten::_scaled_dot_product_flash_attention_for_cpu",
+                      inputs=(q, q, q), outputs=(q,))
+    knobs = {a.name: a for a in assumptions.registered()}
+    for name in ("attention.psum_buffers", "attention.head_groups"):
+        for value in knobs[name].plausible:
+            with assumptions.overridden({name: value}):
+                assert lower(record, get_target("trn2")).instructions
