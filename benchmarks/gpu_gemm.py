@@ -70,9 +70,12 @@ def gpu_fidelity_rows() -> list[dict]:
     rows = []
     for workload, config, shape, published, source in MAMF_RESULTS:
         predicted = gemm_device_tflops(config, shape)
+        flops = 2 * shape.m * shape.n * shape.k
         rows.append({"workload": workload, "hardware": config.name, "predicted": predicted,
                      "published": published, "unit": "TFLOP/s", "ratio": predicted / published,
-                     "source": source})
+                     "source": source, "flops": flops,
+                     # the same comparison as times, for tables of predicted / published time
+                     "predicted_ns": flops / (predicted * 1e3), "published_ns": flops / (published * 1e3)})
     return rows
 
 

@@ -123,8 +123,8 @@ def gpu_rows() -> list[Row]:
     rows = []
     for item in gpu_gemm.gpu_fidelity_rows():
         data = item if isinstance(item, dict) else dict(zip(("workload", "predicted_ns", "published_ns", "note"), item))
-        rows.append(Row(str(data.get("workload", "?")), data.get("predicted_ns"), data.get("published_ns"),
-                        note=str(data.get("note", ""))))
+        rows.append(Row(f'{data.get("workload", "?")} ({data.get("hardware", "gpu")})', data.get("predicted_ns"),
+                        data.get("published_ns"), note=str(data.get("note", data.get("source", "")))))
     return rows
 
 

@@ -26,8 +26,8 @@ def _train(rank, world, device):
 
 
 def test_ddp_losses_equal_a_cpu_gloo_run():
-    neuron = launch(_train, 2, "neuron")
-    cpu = launch(_train, 2, "cpu", backend="gloo")
+    neuron = launch(_train, 2, "neuron", start_method="spawn")
+    cpu = launch(_train, 2, "cpu", backend="gloo", start_method="spawn")
     for (n_losses, n_params), (c_losses, c_params) in zip(neuron, cpu):
         assert n_losses == c_losses
         for a, b in zip(n_params, c_params):

@@ -46,7 +46,7 @@ def _collectives(rank, world):
 
 
 def test_every_collective_on_two_ranks_is_exact_and_priced():
-    r0, r1 = launch(_collectives, 2, topology="dgx-h100")
+    r0, r1 = launch(_collectives, 2, topology="dgx-h100", start_method="spawn")
     for r in (r0, r1):
         assert r["device"] == "neuron:0" and r["backend"] == "neuron"
         assert r["all_reduce"] == [3.0] * 4
