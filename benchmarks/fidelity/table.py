@@ -115,17 +115,11 @@ def _replay(workload, target) -> float:
 
 
 def gpu_rows() -> list[Row]:
-    """The GPU table's entries, from ``benchmarks.gpu_gemm.gpu_fidelity_rows`` when it exists."""
-    from benchmarks import gpu_gemm
-    if not hasattr(gpu_gemm, "gpu_fidelity_rows"):
-        return [Row("GPU rows (A100, GH200 bf16 matmul)", None, None, note="pending: benchmarks.gpu_gemm."
-                    "gpu_fidelity_rows() is not there yet")]
-    rows = []
-    for item in gpu_gemm.gpu_fidelity_rows():
-        data = item if isinstance(item, dict) else dict(zip(("workload", "predicted_ns", "published_ns", "note"), item))
-        rows.append(Row(f'{data.get("workload", "?")} ({data.get("hardware", "gpu")})', data.get("predicted_ns"),
-                        data.get("published_ns"), note=str(data.get("note", data.get("source", "")))))
-    return rows
+    """The GPU table's entries (``benchmarks.gpu_gemm.gpu_fidelity_rows``), as times."""
+    from benchmarks.gpu_gemm import gpu_fidelity_rows
+
+    return [Row(f"{r['workload']} ({r['hardware']})", r["predicted_ns"], r["published_ns"], note=r["source"])
+            for r in gpu_fidelity_rows()]
 
 
 def format_table(rows: list[Row]) -> str:

@@ -19,14 +19,12 @@ def test_rows_format_ratio_bracket_and_band():
     assert "not run" in text and "d: needs scale-out (issue 13)" in text
 
 
-def test_gpu_rows_say_pending_until_the_gpu_helper_lands(monkeypatch):
+def test_gpu_rows_are_the_gpu_model_rows_as_times(monkeypatch):
     from benchmarks import gpu_gemm
-    monkeypatch.delattr(gpu_gemm, "gpu_fidelity_rows", raising=False)
+    monkeypatch.setattr(gpu_gemm, "gpu_fidelity_rows", lambda: [
+        {"workload": "A100 gemm", "hardware": "a100", "predicted_ns": 2.0, "published_ns": 1.0, "source": "x"}])
     (row,) = table.gpu_rows()
-    assert row.predicted_ns is None and row.note.startswith("pending")
-    monkeypatch.setattr(gpu_gemm, "gpu_fidelity_rows", lambda: [("A100 gemm", 2.0, 1.0, "x")], raising=False)
-    (row,) = table.gpu_rows()
-    assert (row.workload, row.ratio) == ("A100 gemm", "2.000")
+    assert (row.workload, row.ratio, row.note) == ("A100 gemm (a100)", "2.000", "x")
 
 
 def test_tutorial_variants_simulate_one_outer_iteration():

@@ -146,7 +146,9 @@ def test_gpu_fidelity_rows():
     rows = gpu_fidelity_rows()
     assert [r["hardware"] for r in rows] == ["a100", "gh200"]
     for row in rows:
-        assert set(row) == {"workload", "hardware", "predicted", "published", "unit", "ratio", "source"}
+        assert set(row) == {"workload", "hardware", "predicted", "published", "unit", "ratio", "source",
+                            "flops", "predicted_ns", "published_ns"}
+        assert row["predicted_ns"] / row["published_ns"] == pytest.approx(row["published"] / row["predicted"])
         assert row["unit"] == "TFLOP/s" and row["ratio"] == pytest.approx(row["predicted"] / row["published"])
         assert "MAMF" in row["source"]
     assert [r["published"] for r in rows] == [267.9, 821.0]
