@@ -247,7 +247,12 @@ def make_record(func, args, kwargs, host_inputs, host_outputs, *, transfer=None,
 
 
 def emit(func, args, kwargs, host_inputs, host_outputs, transfer=None) -> None:
-    """Feed the record of one executed op to every active sink."""
+    """Feed the record of one executed op to every active sink (built once per ``with_source``
+    setting: a profile listens with two sinks, its simulator and its memory sampler)."""
+    records = {}
     for sink, with_source in active_sinks():
-        sink.feed(make_record(func, args, kwargs, host_inputs, host_outputs,
-                              transfer=transfer, with_source=with_source))
+        record = records.get(with_source)
+        if record is None:
+            record = records[with_source] = make_record(func, args, kwargs, host_inputs, host_outputs,
+                                                        transfer=transfer, with_source=with_source)
+        sink.feed(record)
