@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from workbench.export import chrome_trace_dict
@@ -42,6 +43,15 @@ def test_device_events_are_kernels_on_streams_linked_to_their_ops(trace_dict):
         assert e["args"]["correlation"] == e["args"]["op_index"] + 1
 
 
+# HTA 0.5.0 stores row indices into a column it has downcast to the correlation ids' dtype
+# (hta/common/trace.py, transform_correlation_to_index); pandas 3 refuses the lossy write that
+# pandas 2 upcast silently. Strict, so the test turns red when an HTA release fixes it.
+_HTA_PANDAS3_BUG = pytest.mark.xfail(
+    int(pd.__version__.split(".")[0]) >= 3, raises=TypeError, strict=True,
+    reason="HTA 0.5.0 writes int64 row indices into an int8 column; pandas 3 rejects it")
+
+
+@_HTA_PANDAS3_BUG
 def test_hta_analyses_run_on_the_exported_trace(small_trace, tmp_path):
     hta = pytest.importorskip("hta.trace_analysis", reason="needs the holistictraceanalysis package")
     Profile(small_trace).export_chrome_trace(tmp_path / "rank0.json")
