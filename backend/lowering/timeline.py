@@ -7,6 +7,7 @@ from backend.lowering.eager import lower
 from backend.sim.descriptors import OpRecord
 from backend.sim.ir import Program
 from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
+from backend.sim.schedule_cache import SCHEDULES, record_key
 from backend.sim.scheduler import Simulator
 from backend.sim.trace import OpSummary, Trace
 
@@ -20,7 +21,8 @@ class EagerSession:
     Program (a compiled kernel from ``lower_kernel``) on the same timeline. With
     ``keep_workload`` the session remembers what it was fed (``workload``), so the run can be
     replayed under other assumptions (``replay``, ``backend.sim.sensitivity``); long-lived
-    sessions leave it off.
+    sessions leave it off. An op seen before (same cost inputs, target and assumptions) reuses
+    its lowered program and schedule from ``backend.sim.schedule_cache.SCHEDULES``.
     """
 
     def __init__(self, target: str | NeuronConfig = DEFAULT_NEURON_TARGET, max_events: int = 200_000,
@@ -28,11 +30,19 @@ class EagerSession:
         self.target = get_target(target)
         self._sim = Simulator(self.target, max_events=max_events)
         self.workload: list[OpRecord | Program] | None = [] if keep_workload else None
+        self._seen = SCHEDULES.entries(self.target)
 
     def feed(self, record: OpRecord) -> None:
         if self.workload is not None:
             self.workload.append(record)
-        self._sim.feed(lower(record, self.target))
+        key = record_key(record)
+        seen = SCHEDULES.get(self._seen, key)
+        if seen is None:
+            program = lower(record, self.target)
+            seen = (program, self._sim.schedule(program) if program.instructions else None)
+            SCHEDULES.put(self._seen, key, *seen)
+        program, schedule = seen
+        self._sim.feed(program, schedule, source=record.source)
 
     def feed_program(self, program: Program) -> OpSummary:
         if self.workload is not None:
@@ -69,7 +79,7 @@ def replay(workload: Iterable[OpRecord | Program], target: str | NeuronConfig = 
     programs: dict = {}
     for item in workload:
         if isinstance(item, OpRecord):
-            key = (item.name, item.inputs, item.outputs, repr(item.attrs), item.is_view, item.fallback, item.transfer)
+            key = record_key(item)
             program = programs.get(key)
             if program is None:
                 program = programs[key] = lower(item, sim.target)

@@ -19,14 +19,14 @@ from __future__ import annotations
 import logging
 from bisect import bisect_right
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from backend.sim.costs import instruction_ns
 from backend.sim.ir import COMPUTE_ENGINES, Program
 from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
 from backend.sim.trace import TRAFFIC_FIELDS, InstructionEvent, OpSummary, Trace, engine_class
 
-__all__ = ["Simulator", "engine_tracks"]
+__all__ = ["Simulator", "Schedule", "engine_tracks"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,25 @@ class _Timeline:
     def reserve(self, begin: float, duration: float, at: int) -> None:
         self.starts.insert(at, begin)
         self.ends.insert(at, begin + duration)
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """One program's timing relative to its start: what ``Simulator.feed`` adds to the trace.
+
+    Times are ns after the program starts, so a schedule computed once serves every later run of
+    an equal program (``feed(program, schedule)``) with bit-identical results.
+    events: ``(begin_ns, end_ns, track, opcode, bytes_moved, flops)`` per trace event.
+    """
+
+    end_ns: float
+    events: tuple
+    busy_ns: dict
+    instruction_counts: dict
+    instruction_count: int
+    traffic: dict
+    hardware_flops: int
+    collective: bool
 
 
 def engine_tracks(target: NeuronConfig) -> tuple:
@@ -89,20 +108,50 @@ class Simulator:
         return self.trace
 
     # -- one program --------------------------------------------------------------------------
-    def feed(self, program: Program) -> OpSummary:
-        """Simulate one program after everything fed before; append its events and rollup."""
+    def feed(self, program: Program, schedule: Schedule | None = None, **info) -> OpSummary:
+        """Simulate one program after everything fed before; append its events and rollup.
+
+        ``schedule``: the program's ``schedule(program)`` computed earlier (an op seen before),
+        reused instead of scheduling again. ``info`` overrides fields of the program's rollup
+        that differ between equal programs (``source``).
+        """
         self._host_ns += program.info.launch_overhead_ns
         start_ns = max(self._device_free_ns, self._host_ns)
         summary = replace(program.info, op_index=len(self.trace.ops), start_ns=start_ns, end_ns=start_ns,
-                          busy_ns={}, instruction_counts={}, nodes=tuple(program.info.nodes))
+                          busy_ns={}, instruction_counts={}, nodes=tuple(program.info.nodes), **info)
         if program.instructions:
-            self._check_capacity(program)
-            summary.end_ns = self._schedule(program, start_ns, summary)
+            if schedule is None:
+                schedule = self.schedule(program)
+            self._apply(schedule, start_ns, summary)
         self._device_free_ns = max(self._device_free_ns, summary.end_ns)
         if program.sync:
             self._host_ns = max(self._host_ns, summary.end_ns)
         self.trace.add_op(summary)
         return summary
+
+    def schedule(self, program: Program) -> Schedule:
+        """The program's timing relative to its start. A program starts with every engine, port
+        and DMA queue free, so this depends on nothing fed before it and can be reused."""
+        self._check_capacity(program)
+        return self._schedule(program)
+
+    def _apply(self, schedule: Schedule, start_ns: float, summary: OpSummary) -> None:
+        """Shift a schedule to ``start_ns``: its events into the trace, its totals into ``summary``."""
+        trace, op_index = self.trace, summary.op_index
+        if schedule.collective and "collective" not in trace.engines:
+            trace.engines = (*trace.engines, "collective")   # the lane appears with its first collective
+        room = max(0, trace.max_events - len(trace.events))
+        kept = schedule.events if room >= len(schedule.events) else schedule.events[:room]
+        trace.events.extend([InstructionEvent(start_ns + begin, start_ns + end, track, opcode, op_index, nbytes, flops)
+                             for begin, end, track, opcode, nbytes, flops in kept])
+        trace.events_dropped += len(schedule.events) - len(kept)
+        for key, nbytes in schedule.traffic.items():
+            setattr(summary, key, nbytes)
+        summary.hardware_flops += schedule.hardware_flops
+        summary.busy_ns = dict(schedule.busy_ns)
+        summary.instruction_counts = dict(schedule.instruction_counts)
+        summary.instruction_count = schedule.instruction_count
+        summary.end_ns = start_ns + schedule.end_ns
 
     def _check_capacity(self, program: Program) -> None:
         """A plan larger than SBUF or PSUM is a lowering bug: say so rather than time it silently."""
@@ -111,50 +160,45 @@ class Simulator:
             log.warning("%s plans %d B of SBUF (usable %d) and %d B of PSUM (%d) on %s", info.name,
                         info.sbuf_peak_bytes, t.sbuf_usable_bytes, info.psum_peak_bytes, t.psum_bytes, t.name)
 
-    def _schedule(self, program: Program, start_ns: float, summary: OpSummary) -> float:
+    def _schedule(self, program: Program) -> Schedule:
         t = self.target
-        trace, op_index = self.trace, summary.op_index
-        free = dict.fromkeys((*COMPUTE_ENGINES, "host", "collective"), start_ns)
+        free = dict.fromkeys((*COMPUTE_ENGINES, "host", "collective"), 0.0)
         dma_lines = [_Timeline() for _ in range(t.dma_engines)]
         ports: dict[str, float] = {}
         busy = dict.fromkeys(("tensor", "vector", "scalar", "gpsimd", "dma", "host", "collective"), 0.0)
         counts: dict[str, int] = {}
         traffic = dict.fromkeys(TRAFFIC_FIELDS, 0)
+        hardware_flops = 0
+        events: list[tuple] = []
         ends: list[float] = []
         dep_ns = {e: t.dependency_overhead_cycles * 1e9 / t.clock_hz(e) for e in COMPUTE_ENGINES}
         for ins in program.instructions:
-            ready = max((ends[d] for d in ins.deps), default=start_ns)
+            ready = max((ends[d] for d in ins.deps), default=0.0)
             unit_ns = instruction_ns(ins, t)
             engine = ins.engine
             if engine == "dma":
-                end = self._schedule_dma(ins, ready, unit_ns, dma_lines, op_index)
+                end = self._schedule_dma(ins, ready, unit_ns, dma_lines, events)
                 busy["dma"] += unit_ns * ins.repeat * min(ins.dma_engines, t.dma_engines)
             else:
                 used = self._ports(ins)
-                begin = max(ready, free[engine], *(ports.get(p, start_ns) for p in used))
+                begin = max(ready, free[engine], *(ports.get(p, 0.0) for p in used))
                 duration = unit_ns * ins.repeat + (dep_ns[engine] if ins.deps and engine != "host" else 0.0)
                 end = begin + duration
                 free[engine] = end
                 for p in used:
                     ports[p] = end
                 busy[engine] += duration
-                if engine == "collective" and engine not in trace.engines:
-                    trace.engines = (*trace.engines, engine)   # the lane appears with its first collective
-                trace.add_event(InstructionEvent(begin, end, engine, ins.opcode, op_index,
-                                                 ins.nbytes * ins.repeat, ins.flops))
+                events.append((begin, end, engine, ins.opcode, ins.nbytes * ins.repeat, ins.flops))
             ends.append(end)
             counts[engine_class(engine)] = counts.get(engine_class(engine), 0) + ins.repeat
             if ins.traffic:
                 for key, nbytes in ins.traffic.items():
                     traffic[key] += nbytes
             if engine == "tensor":
-                summary.hardware_flops += ins.flops
-        for key, nbytes in traffic.items():
-            setattr(summary, key, nbytes)
-        summary.busy_ns = {k: v for k, v in busy.items() if v}
-        summary.instruction_counts = counts
-        summary.instruction_count = sum(counts.values())
-        return max(ends)
+                hardware_flops += ins.flops
+        return Schedule(end_ns=max(ends), events=tuple(events), busy_ns={k: v for k, v in busy.items() if v},
+                        instruction_counts=counts, instruction_count=sum(counts.values()), traffic=traffic,
+                        hardware_flops=hardware_flops, collective="collective" in counts)
 
     def _ports(self, ins) -> tuple:
         """Shared ports this instruction holds on targets with NC-v2 port conflicts."""
@@ -166,7 +210,7 @@ class Simulator:
             used.append("psum_vector_scalar")
         return tuple(used)
 
-    def _schedule_dma(self, ins, ready: float, unit_ns: float, lines: list, op_index: int) -> float:
+    def _schedule_dma(self, ins, ready: float, unit_ns: float, lines: list, events: list) -> float:
         """Place a transfer on the engines that can start it soonest, after the start latency."""
         k = min(max(1, ins.dma_engines), len(lines))
         trigger = ready + self.target.dma_fixed_latency_ns
@@ -183,12 +227,12 @@ class Simulator:
                 slots.append((*line.earliest(trigger, duration), q))
         slots.sort()
         per_engine_bytes = ins.nbytes * ins.repeat // k
-        names, add_event, opcode = self._dma_names, self.trace.add_event, ins.opcode
+        names, add_event, opcode = self._dma_names, events.append, ins.opcode
         end = ready
         for begin, at, q in slots[:k]:
             lines[q].reserve(begin, duration, at)
             finish = begin + duration
             if finish > end:
                 end = finish
-            add_event(InstructionEvent(begin, finish, names[q], opcode, op_index, per_engine_bytes, 0))
+            add_event((begin, finish, names[q], opcode, per_engine_bytes, 0))
         return end
