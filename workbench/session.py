@@ -135,7 +135,7 @@ class ProfileSession:
             self._stack.enter_context(timing_only())    # tensors made in the block hold no values
         self._stack.enter_context(recording(self.sink, with_source=self.source))
         self.sampler = _Sampler(self.sink, RUNS_ON.get(self.device, self.device), self.on_op)
-        self._stack.enter_context(recording(self.sampler))
+        self._stack.enter_context(recording(self.sampler, with_source=self.source))   # shares the simulator's record
         self._start = time.perf_counter()
         return self.profile
 

@@ -28,7 +28,7 @@ def record_key(record: OpRecord) -> tuple:
 
 
 class ScheduleCache:
-    """Least-recently-used ``(program, schedule)`` entries per target, at most ``maxsize`` each.
+    """``(program, schedule)`` entries per target, at most ``maxsize`` each (the oldest go first).
 
     ``schedule`` is None for a program without instructions (a view). ``enabled = False``
     makes every lookup miss (to compare against scheduling everything afresh).
@@ -38,33 +38,32 @@ class ScheduleCache:
         self.maxsize, self.max_targets = maxsize, max_targets
         self.enabled = True
         self.hits = self.misses = 0
-        self._by_target: OrderedDict[NeuronConfig, OrderedDict] = OrderedDict()
+        self._by_target: OrderedDict[NeuronConfig, dict] = OrderedDict()
         assumptions.on_change(self.clear)
 
-    def entries(self, target: NeuronConfig) -> OrderedDict:
+    def entries(self, target: NeuronConfig) -> dict:
         """The entries of one target (a session looks this up once, hashing the target once)."""
         entries = self._by_target.get(target)
         if entries is None:
-            entries = self._by_target[target] = OrderedDict()
+            entries = self._by_target[target] = {}
             while len(self._by_target) > self.max_targets:
                 self._by_target.popitem(last=False)
         return entries
 
-    def get(self, entries: OrderedDict, key: tuple) -> tuple[Program, Schedule | None] | None:
+    def get(self, entries: dict, key: tuple) -> tuple[Program, Schedule | None] | None:
         hit = entries.get(key) if self.enabled else None
         if hit is None:
             self.misses += 1
             return None
         self.hits += 1
-        entries.move_to_end(key)
         return hit
 
-    def put(self, entries: OrderedDict, key: tuple, program: Program, schedule: Schedule | None) -> None:
+    def put(self, entries: dict, key: tuple, program: Program, schedule: Schedule | None) -> None:
         if not self.enabled:
             return
         entries[key] = (program, schedule)
         if len(entries) > self.maxsize:
-            entries.popitem(last=False)
+            del entries[next(iter(entries))]
 
     def clear(self) -> None:
         """Forget every entry (the target's entries objects stay valid, emptied)."""

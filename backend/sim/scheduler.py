@@ -19,12 +19,13 @@ from __future__ import annotations
 import logging
 from bisect import bisect_right
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
+from operator import attrgetter
 
 from backend.sim.costs import instruction_ns
 from backend.sim.ir import COMPUTE_ENGINES, Program
 from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
-from backend.sim.trace import TRAFFIC_FIELDS, InstructionEvent, OpSummary, Trace, engine_class
+from backend.sim.trace import TRAFFIC_FIELDS, OpSummary, Trace, engine_class
 
 __all__ = ["Simulator", "Schedule", "engine_tracks"]
 
@@ -72,6 +73,15 @@ class Schedule:
     collective: bool
 
 
+# Every field of an OpSummary, in its constructor's order (it has slots, no init=False fields).
+_summary_fields = attrgetter(*(f.name for f in fields(OpSummary)))
+
+
+def _copy_summary(info: OpSummary) -> OpSummary:
+    """A shallow copy of a rollup (``dataclasses.replace`` costs several times more per op)."""
+    return OpSummary(*_summary_fields(info))
+
+
 def engine_tracks(target: NeuronConfig) -> tuple:
     """Timeline tracks in display order: compute engines, DMA engines, host."""
     return (*COMPUTE_ENGINES, *(f"dma{q}" for q in range(target.dma_engines)), "host")
@@ -117,8 +127,11 @@ class Simulator:
         """
         self._host_ns += program.info.launch_overhead_ns
         start_ns = max(self._device_free_ns, self._host_ns)
-        summary = replace(program.info, op_index=len(self.trace.ops), start_ns=start_ns, end_ns=start_ns,
-                          busy_ns={}, instruction_counts={}, nodes=tuple(program.info.nodes), **info)
+        summary = _copy_summary(program.info)
+        summary.op_index, summary.start_ns, summary.end_ns = len(self.trace.ops), start_ns, start_ns
+        summary.busy_ns, summary.instruction_counts, summary.nodes = {}, {}, tuple(summary.nodes)
+        for key, value in info.items():
+            setattr(summary, key, value)
         if program.instructions:
             if schedule is None:
                 schedule = self.schedule(program)
@@ -140,11 +153,7 @@ class Simulator:
         trace, op_index = self.trace, summary.op_index
         if schedule.collective and "collective" not in trace.engines:
             trace.engines = (*trace.engines, "collective")   # the lane appears with its first collective
-        room = max(0, trace.max_events - len(trace.events))
-        kept = schedule.events if room >= len(schedule.events) else schedule.events[:room]
-        trace.events.extend([InstructionEvent(start_ns + begin, start_ns + end, track, opcode, op_index, nbytes, flops)
-                             for begin, end, track, opcode, nbytes, flops in kept])
-        trace.events_dropped += len(schedule.events) - len(kept)
+        trace.add_shifted(schedule.events, start_ns, op_index)
         for key, nbytes in schedule.traffic.items():
             setattr(summary, key, nbytes)
         summary.hardware_flops += schedule.hardware_flops

@@ -131,7 +131,6 @@ class Trace:
     device_kind: str = "neuron"          # "neuron" or "cuda"
     peak_flops_per_s: float = 0.0
     hbm_bytes_per_s: float = 0.0
-    events: list = field(default_factory=list)
     ops: list = field(default_factory=list)
     events_dropped: int = 0
     max_events: int = 200_000
@@ -140,13 +139,47 @@ class Trace:
     max_ops: int = 50_000                # per-op rows kept; later ops fold into one row per name
     ops_folded: int = 0
     _folded: dict = field(default_factory=dict)   # (name, kind) -> aggregate row
+    # Kept events; the latest ops' may still wait in _shifted as (relative events, kept, start_ns,
+    # op_index) and become InstructionEvents when ``events`` is first read.
+    _events: list = field(default_factory=list, repr=False)
+    _shifted: list = field(default_factory=list, repr=False, compare=False)
+    _shifted_count: int = field(default=0, repr=False, compare=False)
+
+    @property
+    def events(self) -> list:
+        """Kept instruction events in the order they were added (at most ``max_events``)."""
+        if self._shifted:
+            self._materialise()
+        return self._events
+
+    @events.setter
+    def events(self, events: list) -> None:
+        self._events, self._shifted, self._shifted_count = events, [], 0
 
     # -- building -------------------------------------------------------------------------
     def add_event(self, event: InstructionEvent) -> None:
-        if len(self.events) < self.max_events:
-            self.events.append(event)
+        if self._shifted:
+            self._materialise()
+        if len(self._events) < self.max_events:
+            self._events.append(event)
         else:
             self.events_dropped += 1
+
+    def add_shifted(self, events: tuple, start_ns: float, op_index: int) -> None:
+        """Add one op's events given relative to its start as ``(begin_ns, end_ns, engine, opcode,
+        bytes_moved, flops)``; they are shifted by ``start_ns`` only when someone reads ``events``,
+        so an op costs the same however many events it has."""
+        kept = min(len(events), max(0, self.max_events - len(self._events) - self._shifted_count))
+        if kept:
+            self._shifted.append((events, kept, start_ns, op_index))
+            self._shifted_count += kept
+        self.events_dropped += len(events) - kept
+
+    def _materialise(self) -> None:
+        shifted, self._shifted, self._shifted_count = self._shifted, [], 0
+        for events, kept, start_ns, op_index in shifted:
+            self._events.extend([InstructionEvent(start_ns + begin, start_ns + end, engine, opcode, op_index, nbytes,
+                                                  flops) for begin, end, engine, opcode, nbytes, flops in events[:kept]])
 
     def add_op(self, summary: OpSummary) -> OpSummary:
         """Append one op's rollup; past ``max_ops`` it is folded into a per-name aggregate row
