@@ -12,7 +12,10 @@ VectorE/ScalarE on PSUM) serialise the engines that share a port.
 
 One pass over the instructions, O(n) with a 16-entry DMA scan: a GPT-2-sized op stream
 simulates in seconds. Programs run back to back; host dispatch (launch overhead) runs ahead
-asynchronously until a program marked ``sync`` makes the host wait for the device.
+asynchronously until a program marked ``sync`` makes the host wait for the device. A program
+is scheduled relative to its own start (``Schedule``) and then shifted to where it runs, so an
+equal program seen again reuses its schedule (``backend.sim.schedule_cache``) at a cost that does
+not depend on its size.
 """
 from __future__ import annotations
 
