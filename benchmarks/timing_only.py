@@ -196,6 +196,7 @@ def llama_inference(shape: LlamaShape = LLAMA_3_8B, prompt: int = 4096, target=W
         model = Llama(shape).to(torch.bfloat16)
         tokens = torch.randint(0, shape.vocab, (1, prompt))
     out = {"params": sum(p.numel() for p in model.parameters()), "build_s": time.perf_counter() - start}
+    torch.neuron.reset_peak_memory_stats()          # peak HBM of inference, not of building in fp32
     cache = [[] for _ in range(shape.layers)]
     with torch.no_grad():
         for phase, begin in (("prefill", 0), ("decode", prompt)):
