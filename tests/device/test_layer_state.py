@@ -38,3 +38,17 @@ def test_reset_forgets_storage_notes_but_keeps_registrations(neuron):
     loaded = torch.load(buffer)
     assert loaded.device.type == "neuron" and torch.equal(loaded.cpu(), t.cpu())
     assert torch.ones(2).pin_memory().is_pinned()
+
+
+def test_open_sinks_are_counted_per_thread_on_the_op_stream(neuron):
+    from backend.recording import STREAM, recording
+
+    class Sink:
+        def feed(self, record):
+            pass
+
+    with recording(Sink()):
+        with recording(Sink()):
+            assert STREAM.opened.depth == 2
+        assert STREAM.opened.depth == 1
+    assert STREAM.opened.depth == 0
