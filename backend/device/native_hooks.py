@@ -97,6 +97,9 @@ def _build() -> str:
     stamp = directory / "built"
     if stamp.is_file():
         return stamp.read_text()
+    missing = [tool for tool in ("c++", "ninja") if shutil.which(tool) is None]
+    if missing:
+        raise RuntimeError(f"building them needs {' and '.join(missing)}, not found on PATH")
     from torch.utils.cpp_extension import load
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -109,6 +112,22 @@ def _build() -> str:
     partial.write_text(path)
     partial.replace(stamp)   # atomic: another process never reads a half-written stamp
     return path
+
+
+def _refuse_device_storages() -> None:
+    """Without an allocator, PyTorch dereferences a null pointer allocating a device storage:
+    raise instead, for the direct way to ask for one."""
+    base_new = torch._C.StorageBase.__new__
+
+    def new(cls, *args, device=None, **kwargs):
+        if device is not None and torch.device(device).type == torch._C._get_privateuse1_backend_name():
+            raise RuntimeError(
+                f"Storages on the {torch.device(device).type} device need its C++ allocator, "
+                f"which could not be built (see the warning above); allocate a tensor instead "
+                f"(torch.empty(n, dtype=torch.uint8, device=...)).")
+        return base_new(cls, *args, **({"device": device} if device is not None else {}), **kwargs)
+
+    torch.UntypedStorage.__new__ = new
 
 
 def native_hooks_installed() -> dict[str, bool]:
@@ -125,21 +144,16 @@ def install_native_hooks() -> bool:
     """
     if STATE.flags is not None:
         return STATE.flags != 0
-    compiler = shutil.which("c++") or shutil.which("g++")
-    if compiler is None or shutil.which("ninja") is None:
-        logger.warning(
-            "No C++ compiler or ninja found: the neuron device runs without its C++ hooks, so "
-            "torch.UntypedStorage(..., device='neuron'), torch.accelerator.synchronize() and "
-            "torch.accelerator.memory_*() are unavailable. Install g++ and ninja (apt-get install "
-            "g++ ninja-build) to enable them.")
-        STATE.flags = 0
-        return False
     try:
         library = ctypes.CDLL(_build())
-    except Exception as error:   # a broken toolchain must not make the device unusable
-        logger.warning("Building the neuron device's C++ hooks failed (%s); continuing without "
-                       "them (no device storages, torch.accelerator.synchronize/memory_*).", error)
+    except Exception as error:   # a missing or broken toolchain must not make the device unusable
+        logger.warning(
+            "The neuron device runs without its C++ hooks (%s): torch.UntypedStorage(..., "
+            "device='neuron'), torch.accelerator.synchronize() and torch.accelerator.memory_*() "
+            "are unavailable. Install g++ and ninja (apt-get install g++ ninja-build) to enable "
+            "them.", error)
         STATE.flags = 0
+        _refuse_device_storages()
         return False
     library.neuron_install.restype = ctypes.c_int
     library.neuron_install.argtypes = [_STATS_FN, _RESET_FN]
