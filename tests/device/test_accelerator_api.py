@@ -130,3 +130,14 @@ def test_without_a_compiler_the_device_works_and_device_storages_raise(tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "raised: Storages on the neuron device need its C++ allocator" in result.stdout
     assert "Install g++ and ninja" in result.stderr
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError,
+                   reason="FSDP2 frees and re-allocates parameters with untyped_storage().resize_(); "
+                          "Python refuses resize_ on a wrapper subclass's placeholder storage before "
+                          "the device's C++ resize hook is reached")
+def test_a_device_parameters_storage_resizes_like_fsdp2_needs(neuron):
+    param = torch.nn.Parameter(torch.randn(4, 3, device=neuron))
+    param.untyped_storage().resize_(0)
+    param.untyped_storage().resize_(48)
+    assert param.untyped_storage().nbytes() == 48

@@ -114,7 +114,8 @@ struct HostBackedAllocator final : c10::DeviceAllocator {
   }
 };
 
-HostBackedAllocator allocator;
+// Never destroyed: c10 keeps a pointer to it, and storages may be freed during interpreter exit.
+HostBackedAllocator& allocator = *new HostBackedAllocator();
 
 void HostBackedAllocator::release(void* data) {
   if (data == nullptr) return;
