@@ -30,6 +30,7 @@ def register() -> None:
     from . import autocast, neuron_module
     from .factories import register_factories
     from .generator import install_generator
+    from .native_hooks import install_native_hooks
     from .pinned import register_pinned_memory
 
     current = torch._C._get_privateuse1_backend_name()
@@ -41,6 +42,7 @@ def register() -> None:
         # Another copy of this module registered it (e.g. autoload then a reload).
         STATE.registered = True
         return
+    install_native_hooks()   # first: PyTorch keeps the first hooks/guard registered
     _setup_privateuseone_for_python_backend(rename=DEVICE_NAME, backend_module=neuron_module)
     sys.modules.setdefault(f"torch.{DEVICE_NAME}", neuron_module)
     register_factories("PrivateUse1")
