@@ -16,6 +16,7 @@ Without a C++ compiler the device still works through the Python defaults, minus
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import logging
 import os
@@ -100,9 +101,21 @@ def _build() -> str:
     missing = [tool for tool in ("c++", "ninja") if shutil.which(tool) is None]
     if missing:
         raise RuntimeError(f"building them needs {' and '.join(missing)}, not found on PATH")
+    directory.mkdir(parents=True, exist_ok=True)
+    # torch's own build lock is a plain file that outlives a killed build and then blocks every
+    # later import forever. An flock dies with its process: whoever holds it is the only builder,
+    # so a torch lock found then is stale and goes.
+    with open(directory / "build.flock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        if stamp.is_file():   # built by another process while this one waited
+            return stamp.read_text()
+        (directory / "lock").unlink(missing_ok=True)
+        return _compile(directory, stamp)
+
+
+def _compile(directory: Path, stamp: Path) -> str:
     from torch.utils.cpp_extension import load
 
-    directory.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     logger.info("Compiling the neuron device's C++ hooks (first use only) into %s", directory)
     path = load(name=EXTENSION_NAME, sources=[str(SOURCE)], extra_cflags=CFLAGS,

@@ -132,6 +132,26 @@ def test_without_a_compiler_the_device_works_and_device_storages_raise(tmp_path)
     assert "Install g++ and ninja" in result.stderr
 
 
+@pytest.mark.slow
+def test_a_build_killed_earlier_does_not_block_the_next_import(tmp_path, monkeypatch):
+    # A killed first build leaves torch's lock file behind; torch would wait on it forever.
+    from backend.device import native_hooks
+
+    code = """
+        import torch, backend.device
+        from backend.device.native_hooks import native_hooks_installed
+        assert all(native_hooks_installed().values()), native_hooks_installed()
+        print("alive")
+    """
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    directory = native_hooks._build_directory()
+    directory.mkdir(parents=True)
+    (directory / "lock").write_text("")
+    result = _run(code)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "alive" in result.stdout and (directory / "built").is_file()
+
+
 @pytest.mark.xfail(strict=True, raises=RuntimeError,
                    reason="FSDP2 frees and re-allocates parameters with untyped_storage().resize_(); "
                           "Python refuses resize_ on a wrapper subclass's placeholder storage before "
