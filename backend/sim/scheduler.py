@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 
 class _Timeline:
-    """Busy intervals of one DMA engine, sorted and disjoint; a transfer takes the first gap."""
+    """Busy intervals of one DMA engine or issuing queue, sorted and disjoint; work takes the first gap."""
 
     __slots__ = ("starts", "ends")
 
@@ -72,7 +72,7 @@ class _Timeline:
 
 @dataclass(slots=True)
 class _DmaState:
-    """DMA engine timelines and issuing-queue free times of the last program, with what a
+    """DMA engine and issuing-queue timelines of the last program, with what a
     following compiled kernel needs to prefetch beside it."""
 
     kind: str
@@ -157,11 +157,11 @@ class Simulator:
         free = dict.fromkeys((*COMPUTE_ENGINES, "host", "collective"), start_ns)
         if prefetch_bytes:      # share the previous kernel's DMA engines and issuing queues
             dma_lines, issuers = self._last_dma.lines, self._last_dma.issuers
-            for line in dma_lines:
+            for line in (*dma_lines, *issuers):
                 line.forget_before(early_ns)
         else:
             dma_lines = [_Timeline() for _ in range(t.dma_engines)]
-            issuers = [start_ns] * int(assumptions.value("dma.issue_queues"))
+            issuers = [_Timeline() for _ in range(int(assumptions.value("dma.issue_queues")))]
         issue_ns = assumptions.value("dma.issue_ns") if t.hardware_dge else 0.0
         ports: dict[str, float] = {}
         busy = dict.fromkeys(("tensor", "vector", "scalar", "gpsimd", "dma", "host", "collective"), 0.0)
@@ -222,15 +222,18 @@ class Simulator:
 
     def _schedule_dma(self, ins, ready: float, unit_ns: float, lines: list, issuers: list, issue_ns: float,
                       op_index: int) -> float:
-        """Issue a transfer on the issuing queue free soonest, then place it on the engines that
+        """Issue a transfer in the first gap of the issuing queue free soonest, then place it on the engines that
         can start it soonest, after the start latency. ``repeat`` instructions are issued one
         after another, so the engines cannot finish before the last one is issued."""
         k = min(max(1, ins.dma_engines), len(lines))
-        queue = min(range(len(issuers)), key=issuers.__getitem__)
-        issued = max(ready, issuers[queue]) + issue_ns
-        issuers[queue] = issued + issue_ns * (ins.repeat - 1)
-        trigger = max(ready + self.target.dma_fixed_latency_ns, issued)
-        duration = max(unit_ns * ins.repeat, unit_ns + issue_ns * (ins.repeat - 1))
+        trigger = ready + self.target.dma_fixed_latency_ns
+        duration = unit_ns * ins.repeat
+        if issue_ns:
+            issuing = issue_ns * ins.repeat
+            begin, at, queue = min((*line.earliest(ready, issuing), q) for q, line in enumerate(issuers))
+            issuers[queue].reserve(begin, issuing, at)
+            trigger = max(trigger, begin + issue_ns)
+            duration = max(duration, unit_ns + issue_ns * (ins.repeat - 1))
         # Hot path (every DMA scans all 16 engines): an engine whose last transfer ends by the
         # trigger is idle from then on, so its slot is (trigger, append at the end) without a
         # gap search. Flat (begin, at, q) tuples sort exactly like ((begin, at), q).
