@@ -13,6 +13,12 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q "torch==2.13.0"
 	# compat mode puts the checkout on sys.path, so packages added later import without a reinstall.
 	$(PY) -m pip install -q -e ".[dev]" --config-settings editable_mode=compat
+	# The device's C++ hooks (backend/device/csrc) need g++ and ninja: Debian packages when missing.
+	command -v g++ >/dev/null && command -v ninja >/dev/null || \
+	  { apt-get install -y -q g++ ninja-build >/dev/null 2>&1 || sudo -n apt-get install -y -q g++ ninja-build >/dev/null 2>&1 || \
+	    echo "warning: no g++/ninja: the neuron device runs without torch.UntypedStorage and torch.accelerator support"; }
+	# Build them now (once, ~15 s), not inside the first test's `import torch`.
+	$(PY) -c "import torch, backend.device"
 	touch $(STAMP)
 
 # The quickstart's first cell loads the magics (%load_ext workbench). Root (containers) needs --allow-root.

@@ -14,7 +14,7 @@ import torch
 
 from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET
 
-__all__ = ["DEVICES", "DeviceState", "set_device", "use_device", "active_device", "move", "available"]
+__all__ = ["DEVICES", "DeviceState", "DeviceSelection", "SELECTION", "set_device", "use_device", "active_device", "move", "available"]
 
 DEVICES = ("cpu", "neuron", "cuda")
 
@@ -38,11 +38,22 @@ class DeviceState:
         return f"cuda:0 ({where})"
 
 
-_state = {"current": DeviceState()}
+class DeviceSelection:
+    """The device state ``set_device`` last applied, process-wide."""
+
+    def __init__(self) -> None:
+        self.current = DeviceState()
+
+    def reset(self) -> None:
+        """Forget the selection (tests); torch itself is put back by ``set_device("cpu")``."""
+        self.current = DeviceState()
+
+
+SELECTION = DeviceSelection()
 
 
 def active_device() -> DeviceState:
-    return _state["current"]
+    return SELECTION.current
 
 
 def available() -> dict:
@@ -104,7 +115,7 @@ def _apply(state: DeviceState, neuron_config) -> None:
     if state.device == "cuda":
         cuda_emulation.enable(state.target, redirect=state.redirect)
     torch.set_default_device(None if state.device == "cpu" else f"{state.device}:0")
-    _state["current"] = state
+    SELECTION.current = state
 
 
 @contextlib.contextmanager

@@ -9,7 +9,8 @@ What the compiler does once per graph rather than per call is paid at the graph'
 (on every sink recording it, once per sink): parameter relayouts (``ParamLayout``, fed as a
 copy kernel before the first kernel that reads it) and hoisted kernels. The runtime reports
 the end of each call with ``first_call_done``, recorded or not. On the NeuronCore, values handed from one kernel to the next
-(``Handoff``) stay in SBUF when they fit beside both kernels' working sets.
+(``Handoff``) stay in SBUF when they fit beside both kernels' working sets, and a kernel's
+other inputs (``prefetchable_bytes``) may load while the kernel before it computes.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from backend.lowering import EagerSession, lower_kernel
 from .kernels import Handoff, KernelSpec
 
 __all__ = ["feed_kernel", "register_kernel_adapter", "KernelAdapter", "kept_in_sbuf", "first_call_done",
-           "skip_first_call"]
+           "skip_first_call", "prefetchable_bytes"]
 
 
 KernelAdapter = Callable[[object, KernelSpec], None]
@@ -116,6 +117,23 @@ def kept_in_sbuf(handoff: Handoff | None, target) -> tuple:
     return handoff.kept[target.name]
 
 
+def prefetchable_bytes(kernel: KernelSpec) -> int:
+    """Bytes of the kernel's HBM inputs that the kernel right before it does not produce
+    (parameters, graph inputs, older kernels' values): the Neuron compiler may load them while
+    that kernel still computes. Inputs reached through a view are left out (conservative)."""
+    from_previous = {ref for value in (kernel.handoff_in.values if kernel.handoff_in else ()) for ref in value.inputs}
+    total = 0
+    for j, record in enumerate(kernel.records):
+        if record.is_view:
+            continue
+        sources = kernel.inputs_from[j] if j < len(kernel.inputs_from) else ()
+        for i, desc in enumerate(record.inputs):
+            inside = i < len(sources) and sources[i] is not None
+            if not inside and (j, i) not in from_previous:
+                total += desc.nbytes
+    return total
+
+
 def _standalone_sbuf_bytes(kernel: KernelSpec, target) -> int:
     return _lower(kernel, target, (), ()).info.sbuf_peak_bytes
 
@@ -138,4 +156,5 @@ def _neuron_session_kernel(session: EagerSession, kernel: KernelSpec) -> None:
     target = session.target
     program = _lower(kernel, target, kept_in_sbuf(kernel.handoff_in, target), kept_in_sbuf(kernel.handoff_out, target))
     program.info.source = kernel.source
+    program.info.prefetch_bytes = prefetchable_bytes(kernel)
     session.feed_program(program)

@@ -115,6 +115,15 @@ _register("conv.band_buffers", 2, "buffers", plausible=(2, 3), integer=True,
           why="band buffers per operand of a VectorE conv: the next band loads while this one computes")
 
 # -- instruction costs (backend/sim/costs) -------------------------------------------------------
+_register("dma.issue_ns", 600.0, "ns per DMA instruction", plausible=(0.0, 900.0),
+          why="descriptor generation per DMA instruction on targets with hardware DGE (~600 ns per "
+              "hardware-DGE instruction on NC-v3: shared/hardware.md after nki-dge; the figure itself "
+              "was not found in the stored docs, hence a range). A queue issues one instruction at a "
+              "time while earlier transfers move; a lone transfer hides it inside the ~1.3 us start "
+              "latency. 0: the compiler precomputes every static descriptor (dge_mode none)")
+_register("dma.issue_queues", 2, "queues", plausible=(1, 4), integer=True,
+          why="instruction streams issuing DMAs at once (nki.isa.dma_copy: hardware DGE is invoked by "
+              "the Sync or Scalar engine sequencers); each issues its DMA instructions in order")
 _register("tensor.matmul_access_overhead_share", 1.0, "x access overhead", plausible=(0.0, 1.0),
           why="share of the ~60-cycle static access overhead charged to each nc_matmul. The ISA "
               "figure is already the average of back-to-back matmuls, so the overhead may be counted "

@@ -125,6 +125,12 @@ class NeuronConfig(HardwareConfig):
                                               help="each descriptor costs at least this many bytes of "
                                                    "transfer time")
 
+    hardware_dge: bool = spec(True, unit="",
+                              source="nki.isa.dma_copy (hwdge: the Sync or Scalar engine sequencers invoke the DGE "
+                                     "hardware block; Trn2/Trn3 pages) and nki-dge",
+                              help="DMA descriptors are generated on the core per DMA instruction (cost: "
+                                   "assumption dma.issue_ns per instruction on dma.issue_queues queues)")
+
     # -- HBM (chip figure / physical cores)
     hbm_bytes: int = spec(12 * GiB, unit="B", source=TRN2_PAGE + " (96 GiB per chip / 8 cores)",
                           help="this core's share of the chip's HBM")
@@ -192,6 +198,9 @@ TRN1 = NeuronConfig.cited(
     vector_scalar_share_psum=(True, ARCH_V2 + " (VectorE and ScalarE cannot access PSUM together)"),
     sbuf_bytes=(24 * MiB, ARCH_V2 + " (128 partitions x 192 KiB)"),
     dma_engine_bytes_per_s=(17e9, DMA_BW_GUIDE + " (measured ~17 B/ns; theoretical 27.2 GB/s)"),
+    hardware_dge=(False, "nki-dge / nki.isa.dma_copy (hardware DGE is documented for Trn2 and later; on NC-v2 "
+                  "static transfers use descriptors the runtime writes to HBM before execution, indirect ones "
+                  "GpSimdE-generated descriptors, costed as dma_descriptor_gen)"),
     hbm_bytes=(16 * GiB, "about-neuron/arch/neuron-hardware/trainium (32 GiB per chip / 2 cores)"),
     hbm_bytes_per_s=(820e9 / 2, "about-neuron/arch/neuron-hardware/trainium (820 GB/s per chip, "
                      "one page says GiB/s; / 2 cores)"),

@@ -5,10 +5,14 @@ arrive in ns, converted from that engine's cycles). An instruction starts when i
 free and every instruction it depends on has finished; a dependent instruction pays the
 ~100-cycle semaphore wait once per entry. DMA transfers start ~1.3 us after their trigger on
 the engines (of 16) that can start them soonest; queued transfers hide that latency behind the
-previous transfer. Each engine serves its 16 queues round robin, so a transfer is not held
-behind an unrelated one issued earlier (a store waiting for compute does not block the next
-prefetch): a DMA engine is modelled as a timeline where a transfer takes the first free gap. NC-v2 port conflicts (VectorE/GpSimdE on SBUF,
-VectorE/ScalarE on PSUM) serialise the engines that share a port.
+previous transfer. On cores with hardware DGE (NC-v3 on), each DMA instruction is first
+issued (descriptor generation, ~600 ns) by one of a few issuing queues, one instruction at a
+time per queue: issue overlaps the start latency and other transfers, so it bounds how fast
+small DMAs can follow each other rather than adding to every transfer. Each engine serves its
+16 queues round robin, so a transfer is not held behind an unrelated one issued earlier (a
+store waiting for compute does not block the next prefetch): a DMA engine is modelled as a
+timeline where a transfer takes the first free gap. NC-v2 port conflicts (VectorE/GpSimdE on
+SBUF, VectorE/ScalarE on PSUM) serialise the engines that share a port.
 
 One pass over the instructions, O(n) with a 16-entry DMA scan: a GPT-2-sized op stream
 simulates in seconds. Programs run back to back; host dispatch (launch overhead) runs ahead
@@ -16,6 +20,12 @@ asynchronously until a program marked ``sync`` makes the host wait for the devic
 is scheduled relative to its own start (``Schedule``) and then shifted to where it runs, so an
 equal program seen again reuses its schedule (``backend.sim.schedule_cache``) at a cost that does
 not depend on its size.
+
+Compiled kernels (kind ``"kernel"``) that follow a compiled kernel prefetch: their
+dependency-free HBM->SBUF loads, up to ``info.prefetch_bytes`` (inputs the previous kernel does
+not produce) and the SBUF the previous kernel leaves free, may start as soon as the kernel is
+launched while the previous kernel still computes, on the DMA engines it leaves idle. Eager
+ops never do: each op's loads wait for the op before it.
 """
 from __future__ import annotations
 
@@ -24,6 +34,8 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from operator import attrgetter
+
+import backend.sim.assumptions as assumptions
 
 from backend.sim.costs import instruction_ns
 from backend.sim.ir import COMPUTE_ENGINES, Program
@@ -36,7 +48,7 @@ log = logging.getLogger(__name__)
 
 
 class _Timeline:
-    """Busy intervals of one DMA engine, sorted and disjoint; a transfer takes the first gap."""
+    """Busy intervals of one DMA engine or issuing queue, sorted and disjoint; work takes the first gap."""
 
     __slots__ = ("starts", "ends")
 
@@ -55,6 +67,23 @@ class _Timeline:
     def reserve(self, begin: float, duration: float, at: int) -> None:
         self.starts.insert(at, begin)
         self.ends.insert(at, begin + duration)
+
+    def forget_before(self, ns: float) -> None:
+        """Drop intervals that end by ``ns`` (nothing placed later can use them)."""
+        done = bisect_right(self.ends, ns)
+        del self.starts[:done], self.ends[:done]
+
+
+@dataclass(slots=True)
+class _DmaState:
+    """DMA engine and issuing-queue timelines of the last program, with what a
+    following compiled kernel needs to prefetch beside it."""
+
+    kind: str
+    start_ns: float
+    sbuf_peak_bytes: int
+    lines: list
+    issuers: list
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +136,7 @@ class Simulator:
                            engines=engine_tracks(t))
         self._device_free_ns = 0.0
         self._host_ns = 0.0
+        self._last_dma: _DmaState | None = None
 
     @property
     def now_ns(self) -> float:
@@ -136,9 +166,18 @@ class Simulator:
         for key, value in info.items():
             setattr(summary, key, value)
         if program.instructions:
-            if schedule is None:
-                schedule = self.schedule(program)
-            self._apply(schedule, start_ns, summary)
+            early_ns, prefetch_bytes = self._prefetch_window(program)
+            if schedule is None and program.kind == "kernel":
+                # Kernels may share the previous kernel's DMA timelines (prefetch): absolute times.
+                self._check_capacity(program)
+                schedule, lines, issuers = self._schedule(program, start_ns, early_ns, prefetch_bytes)
+                self._apply(schedule, 0.0, summary)
+            else:
+                if schedule is None:
+                    schedule = self.schedule(program)
+                lines = issuers = None       # only a kernel's timelines are shared (with the next kernel)
+                self._apply(schedule, start_ns, summary)
+            self._last_dma = _DmaState(program.info.kind, start_ns, program.info.sbuf_peak_bytes, lines, issuers)
         self._device_free_ns = max(self._device_free_ns, summary.end_ns)
         if program.sync:
             self._host_ns = max(self._host_ns, summary.end_ns)
@@ -149,7 +188,7 @@ class Simulator:
         """The program's timing relative to its start. A program starts with every engine, port
         and DMA queue free, so this depends on nothing fed before it and can be reused."""
         self._check_capacity(program)
-        return self._schedule(program)
+        return self._schedule(program)[0]
 
     def _apply(self, schedule: Schedule, start_ns: float, summary: OpSummary) -> None:
         """Shift a schedule to ``start_ns``: its events into the trace, its totals into ``summary``."""
@@ -172,10 +211,28 @@ class Simulator:
             log.warning("%s plans %d B of SBUF (usable %d) and %d B of PSUM (%d) on %s", info.name,
                         info.sbuf_peak_bytes, t.sbuf_usable_bytes, info.psum_peak_bytes, t.psum_bytes, t.name)
 
-    def _schedule(self, program: Program) -> Schedule:
+    def _prefetch_window(self, program: Program) -> tuple[float, int]:
+        """(earliest start, bytes) of the loads a compiled kernel may issue while the compiled
+        kernel before it runs; (0, 0) when it may not."""
+        last, info = self._last_dma, program.info
+        if last is None or info.kind != "kernel" or last.kind != "kernel" or info.prefetch_bytes <= 0:
+            return 0.0, 0
+        room = self.target.sbuf_usable_bytes - last.sbuf_peak_bytes
+        return max(self._host_ns, last.start_ns), max(0, min(info.prefetch_bytes, room))
+
+    def _schedule(self, program: Program, origin_ns: float = 0.0, early_ns: float = 0.0,
+                  prefetch_bytes: int = 0) -> tuple[Schedule, list, list]:
+        """(schedule, DMA engine timelines, issuing queues) of a program starting at ``origin_ns``."""
         t = self.target
-        free = dict.fromkeys((*COMPUTE_ENGINES, "host", "collective"), 0.0)
-        dma_lines = [_Timeline() for _ in range(t.dma_engines)]
+        free = dict.fromkeys((*COMPUTE_ENGINES, "host", "collective"), origin_ns)
+        if prefetch_bytes:      # share the previous kernel's DMA engines and issuing queues
+            dma_lines, issuers = self._last_dma.lines, self._last_dma.issuers
+            for line in (*dma_lines, *issuers):
+                line.forget_before(early_ns)
+        else:
+            dma_lines = [_Timeline() for _ in range(t.dma_engines)]
+            issuers = [_Timeline() for _ in range(int(assumptions.value("dma.issue_queues")))]
+        issue_ns = assumptions.value("dma.issue_ns") if t.hardware_dge else 0.0
         ports: dict[str, float] = {}
         busy = dict.fromkeys(("tensor", "vector", "scalar", "gpsimd", "dma", "host", "collective"), 0.0)
         counts: dict[str, int] = {}
@@ -185,15 +242,21 @@ class Simulator:
         ends: list[float] = []
         dep_ns = {e: t.dependency_overhead_cycles * 1e9 / t.clock_hz(e) for e in COMPUTE_ENGINES}
         for ins in program.instructions:
-            ready = max((ends[d] for d in ins.deps), default=0.0)
+            ready = max((ends[d] for d in ins.deps), default=origin_ns)
             unit_ns = instruction_ns(ins, t)
             engine = ins.engine
             if engine == "dma":
-                end = self._schedule_dma(ins, ready, unit_ns, dma_lines, events)
+                if prefetch_bytes:
+                    if not ins.deps and ins.src == "hbm" and ins.dst == "sbuf" and ins.nbytes * ins.repeat <= prefetch_bytes:
+                        ready = early_ns
+                        prefetch_bytes -= ins.nbytes * ins.repeat
+                    elif not ins.deps:
+                        prefetch_bytes = 0      # loads issue in order: one that cannot go early stops the rest
+                end = self._schedule_dma(ins, ready, unit_ns, dma_lines, issuers, issue_ns, events)
                 busy["dma"] += unit_ns * ins.repeat * min(ins.dma_engines, t.dma_engines)
             else:
                 used = self._ports(ins)
-                begin = max(ready, free[engine], *(ports.get(p, 0.0) for p in used))
+                begin = max(ready, free[engine], *(ports.get(p, origin_ns) for p in used))
                 duration = unit_ns * ins.repeat + (dep_ns[engine] if ins.deps and engine != "host" else 0.0)
                 end = begin + duration
                 free[engine] = end
@@ -208,9 +271,10 @@ class Simulator:
                     traffic[key] += nbytes
             if engine == "tensor":
                 hardware_flops += ins.flops
-        return Schedule(end_ns=max(ends), events=tuple(events), busy_ns={k: v for k, v in busy.items() if v},
-                        instruction_counts=counts, instruction_count=sum(counts.values()), traffic=traffic,
-                        hardware_flops=hardware_flops, collective="collective" in counts)
+        schedule = Schedule(end_ns=max(ends), events=tuple(events), busy_ns={k: v for k, v in busy.items() if v},
+                            instruction_counts=counts, instruction_count=sum(counts.values()), traffic=traffic,
+                            hardware_flops=hardware_flops, collective="collective" in counts)
+        return schedule, dma_lines, issuers
 
     def _ports(self, ins) -> tuple:
         """Shared ports this instruction holds on targets with NC-v2 port conflicts."""
@@ -222,11 +286,20 @@ class Simulator:
             used.append("psum_vector_scalar")
         return tuple(used)
 
-    def _schedule_dma(self, ins, ready: float, unit_ns: float, lines: list, events: list) -> float:
-        """Place a transfer on the engines that can start it soonest, after the start latency."""
+    def _schedule_dma(self, ins, ready: float, unit_ns: float, lines: list, issuers: list, issue_ns: float,
+                      events: list) -> float:
+        """Issue a transfer in the first gap of the issuing queue free soonest, then place it on the engines that
+        can start it soonest, after the start latency. ``repeat`` instructions are issued one
+        after another, so the engines cannot finish before the last one is issued."""
         k = min(max(1, ins.dma_engines), len(lines))
         trigger = ready + self.target.dma_fixed_latency_ns
         duration = unit_ns * ins.repeat
+        if issue_ns:
+            issuing = issue_ns * ins.repeat
+            begin, at, queue = min((*line.earliest(ready, issuing), q) for q, line in enumerate(issuers))
+            issuers[queue].reserve(begin, issuing, at)
+            trigger = max(trigger, begin + issue_ns)
+            duration = max(duration, unit_ns + issue_ns * (ins.repeat - 1))
         # Hot path (every DMA scans all 16 engines): an engine whose last transfer ends by the
         # trigger is idle from then on, so its slot is (trigger, append at the end) without a
         # gap search. Flat (begin, at, q) tuples sort exactly like ((begin, at), q).

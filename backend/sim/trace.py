@@ -73,6 +73,7 @@ class OpSummary:
     sbuf_peak_bytes: int = 0        # on-chip footprint the lowering planned
     psum_peak_bytes: int = 0
     spill_bytes: int = 0            # fused-kernel intermediates that went to HBM and back
+    prefetch_bytes: int = 0         # compiled kernel: input bytes loadable while the previous kernel runs
     launch_overhead_ns: float = 0.0
     count: int = 1                  # ops this row stands for (>1 once a long run is aggregated)
     folded_time_ns: float = 0.0     # folded rows: their ops' times summed (the span has gaps)

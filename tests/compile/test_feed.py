@@ -85,3 +85,35 @@ def test_emulated_cuda_device_feeds_the_gpu_session():
         torch.testing.assert_close(out.cpu(), ref(x))
     assert device.session.trace.device_kind == "cuda"
     assert any(op.kind == "kernel" and "attention" in op.name for op in ops)
+
+
+def test_prefetchable_bytes_are_the_inputs_the_previous_kernel_does_not_make():
+    from backend.compile.feed import prefetchable_bytes
+    from backend.compile.kernels import Handoff, HandoffValue, KernelSpec
+    from backend.sim.descriptors import OpRecord, TensorDesc
+
+    x, w, y = TensorDesc((8, 16), "float32"), TensorDesc((16, 32), "float32"), TensorDesc((8, 32), "float32")
+    producer = KernelSpec("k0", "kernel", (), [OpRecord(0, "aten::relu", (x,), (x,))], 0, inputs_from=((None,),))
+    # consumer: mm(x from the producer, w a parameter), then add(mm's output, y an older value)
+    records = [OpRecord(0, "aten::mm", (x, w), (y,)), OpRecord(1, "aten::add", (y, y), (y,))]
+    consumer = KernelSpec("k1", "kernel", (), records, 0, inputs_from=((None, None), ((0, 0), None)))
+    consumer.handoff_in = Handoff(producer, consumer, (HandoffValue((0, 0), ((0, 0),), x.nbytes, True),))
+    assert prefetchable_bytes(consumer) == w.nbytes + y.nbytes
+    consumer.handoff_in = None
+    assert prefetchable_bytes(consumer) == x.nbytes + w.nbytes + y.nbytes
+
+
+def test_compiled_kernels_load_inputs_during_the_previous_kernel(neuron):
+    """In a compiled two-linear graph, the second kernel's weight loads start before it does."""
+    w1, w2 = torch.randn(256, 512, device=neuron), torch.randn(512, 256, device=neuron)
+    f = torch.compile(lambda x: torch.softmax(torch.relu(x @ w1) @ w2, dim=-1), backend="neuron")
+    x = torch.randn(512, 256, device=neuron)
+    f(x)
+    session = EagerSession("trn2")
+    with recording.recording(session):
+        f(x)
+    kernels = [op for op in session.trace.ops if op.kind == "kernel"]
+    assert len(kernels) >= 2 and any(op.prefetch_bytes for op in kernels[1:])
+    early = [e for e in session.trace.events if e.engine.startswith("dma")
+             and e.start_ns < session.trace.ops[e.op_index].start_ns]
+    assert early

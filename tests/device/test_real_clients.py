@@ -3,8 +3,9 @@ generators, pinned-memory loading, activation checkpointing, autocast + GradScal
 saved and loaded with every ``map_location``, torch.export round trips, a complex-RoPE block.
 
 FSDP2 (``fully_shard``) is not here: it frees and re-allocates parameter storage with
-``untyped_storage().resize_()``, which a Python wrapper tensor's placeholder storage refuses
-(a C++ PrivateUse1 allocator would be needed)."""
+``untyped_storage().resize_()``, which PyTorch's Python storage code refuses on a wrapper
+tensor's placeholder storage before the device's C++ allocator is reached (a strict xfail in
+test_accelerator_api.py records it)."""
 import copy
 import io
 import pickle

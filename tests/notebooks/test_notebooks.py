@@ -27,7 +27,7 @@ FACTS = {
                                  "NeuronCore vs CPU:     max |diff| = 0.0", "top-5 classes agree"], [WIDGET]),
     "04_transformer_anatomy.ipynb": (["ridge point", "aten::bmm", "seq 512 (%)"], [WIDGET, PLOTLY]),
     "05_hardware_what_ifs.ipynb": (["neuron trn1", "neuron trn3", "cuda h100", "2x HBM + DMA",
-                                    "what-if change"], [PLOTLY]),
+                                    "what-if change", "simulated on trn2:", "dominant assumption"], [PLOTLY]),
     "06_migration_report.ipynb": (["Migration report: Sequential (inference, batch 16) on trn2 vs h100",
                                    "fall back to the host (aten::_fft_r2c", "3x3 conv: 0 host fallback op(s)",
                                    "1 graph break(s)", "fits; largest batch that fits"], [WIDGET]),

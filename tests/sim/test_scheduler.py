@@ -1,7 +1,7 @@
 """Golden timings for tiny programs, and scheduler invariants."""
 import pytest
 
-from backend.sim import Instruction, Program, Simulator, get_target
+from backend.sim import Instruction, Program, Simulator, assumptions, get_target
 
 TRN1, TRN2 = get_target("trn1"), get_target("trn2")
 VEC = 572 / 0.96            # trn2 tensor_scalar fp32, N=1024: 1024/2 + 60 cycles at 0.96 GHz
@@ -147,3 +147,52 @@ def test_summary_rollup():
         if key.endswith("_percent"):
             assert 0.0 <= value <= 100.0, key
     assert s["vector_engine_active_time_percent"] == pytest.approx(100 * 4 * VEC / trace.total_time_ns)
+
+
+def tiny_load(**kw):
+    return Instruction("dma", "dma_copy", nbytes=512, descriptors=1, dma_engines=1, src="hbm", dst="sbuf", **kw)
+
+
+TINY = (512 + 256) / 23          # one 512 B descriptor on one trn2 engine
+
+
+def test_dma_issue_cost_bounds_how_fast_small_transfers_follow_each_other():
+    with assumptions.overridden({"dma.issue_ns": 600.0, "dma.issue_queues": 2}):
+        # a lone transfer hides its issue inside the 1.3 us start latency
+        assert run(TRN2, tiny_load()).total_time_ns == pytest.approx(1300 + TINY)
+        # six on two issuing queues: the third pair is issued at 3 x 600 ns, after the latency
+        assert run(TRN2, *[tiny_load() for _ in range(6)]).total_time_ns == pytest.approx(3 * 600 + TINY)
+        # repeated instructions are issued one after another: the last transfer waits for its issue
+        assert run(TRN2, tiny_load(repeat=4)).total_time_ns == pytest.approx(1300 + 3 * 600 + TINY)
+        # large transfers hide the issue cost entirely
+        assert run(TRN2, dma32k(repeat=3)).total_time_ns == pytest.approx(1300 + 3 * DMA32K)
+    with assumptions.overridden({"dma.issue_ns": 300.0, "dma.issue_queues": 1}):
+        assert run(TRN2, *[tiny_load() for _ in range(6)]).total_time_ns == pytest.approx(6 * 300 + TINY)
+        # NC-v2 has no hardware DGE: its descriptors are prepared before the program runs
+        assert run(TRN1, *[tiny_load() for _ in range(6)]).total_time_ns == pytest.approx(1300 + (512 + 256) / 17)
+
+
+def _kernel_pair(kind: str, prefetch_bytes: int, producer_sbuf: int = 0):
+    producer = Program("a", kind, sbuf_peak_bytes=producer_sbuf)
+    producer.add(vector_instruction(repeat=10))
+    consumer = Program("b", kind, prefetch_bytes=prefetch_bytes)
+    load = consumer.add(dma32k())
+    consumer.add(vector_instruction(deps=(load,)))
+    return Simulator(TRN2).run([producer, consumer])
+
+
+DEP_VECTOR = 100 / 0.96
+
+
+def test_compiled_kernel_prefetches_its_loads_while_the_previous_kernel_computes():
+    # compiled: the load runs under the producer's 10 vector instructions
+    trace = _kernel_pair("kernel", prefetch_bytes=32768)
+    load = next(e for e in trace.events if e.engine.startswith("dma"))
+    assert load.start_ns == pytest.approx(1300) and trace.ops[1].start_ns == pytest.approx(10 * VEC)
+    assert trace.total_time_ns == pytest.approx(11 * VEC + DEP_VECTOR)
+    # eager ops, kernels without prefetchable inputs, and kernels after a producer that fills SBUF wait
+    serial = 10 * VEC + 1300 + DMA32K + VEC + DEP_VECTOR
+    assert _kernel_pair("op", prefetch_bytes=32768).total_time_ns == pytest.approx(serial)
+    assert _kernel_pair("kernel", prefetch_bytes=0).total_time_ns == pytest.approx(serial)
+    full = TRN2.sbuf_usable_bytes - 1024
+    assert _kernel_pair("kernel", prefetch_bytes=32768, producer_sbuf=full).total_time_ns == pytest.approx(serial)

@@ -1,0 +1,228 @@
+// The C++ side of the `neuron` device (PrivateUse1): what PyTorch only accepts from C++.
+//
+// - A DeviceAllocator backed by host memory, so storages created directly on the device
+//   (torch.UntypedStorage(n, device="neuron"), storage resize_) have real bytes instead of
+//   dereferencing a missing allocator, and torch.accelerator.memory_* has an allocator to ask.
+// - PrivateUse1 hooks (availability, default generator, storage resize) and a device guard
+//   whose synchronizeDevice exists (the simulator is synchronous: nothing to wait for).
+//
+// Device tensors themselves stay Python wrapper subclasses holding host tensors; their memory
+// is booked by backend/device/memory.py, which the allocator's statistics ask through a
+// callback. Plain C entry points (loaded with ctypes) keep pybind11 out of the build.
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+namespace {
+
+constexpr c10::DeviceType kDevice = c10::DeviceType::PrivateUse1;
+
+// Books of the simulated device, filled by Python: allocated current/peak, reserved
+// current/peak, allocations, frees, OOMs, capacity. Returns 0 when the device has no books.
+enum PoolField { kAllocCur, kAllocPeak, kResCur, kResPeak, kAllocs, kFrees, kOoms, kCapacity, kFields };
+using PoolStatsFn = int (*)(int device, int64_t* out);
+using PoolResetFn = void (*)(int device, int peak_only);
+
+PoolStatsFn pool_stats = nullptr;
+PoolResetFn pool_reset = nullptr;
+
+struct HostBackedAllocator final : c10::DeviceAllocator {
+  std::mutex mutex;
+  std::unordered_map<void*, size_t> sizes;
+  int64_t current = 0, peak = 0, allocs = 0, frees = 0;
+
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* data = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    if (data) {
+      std::lock_guard<std::mutex> lock(mutex);
+      sizes[data] = nbytes;
+      current += static_cast<int64_t>(nbytes);
+      peak = std::max(peak, current);
+      ++allocs;
+    }
+    return {data, data, &release, c10::Device(kDevice, 0)};
+  }
+
+  static void release(void* data);
+
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}              // nothing is cached
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}  // one synchronous stream
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    int64_t books[kFields] = {0};
+    if (pool_stats == nullptr || pool_stats(device, books) == 0) {
+      std::fill(books, books + kFields, 0);
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    auto set = [](c10::CachingDeviceAllocator::StatArray& array, int64_t cur, int64_t top,
+                  int64_t allocated, int64_t freed) {
+      for (auto& stat : array) {
+        stat.current = cur;
+        stat.peak = top;
+        stat.allocated = allocated;
+        stat.freed = freed;
+      }
+    };
+    // Device tensors (the Python books) plus storages made directly by this allocator; the
+    // peak of a sum is at most the sum of the peaks, which is what is reported.
+    set(stats.allocated_bytes, books[kAllocCur] + current, books[kAllocPeak] + peak, 0, 0);
+    set(stats.active_bytes, books[kAllocCur] + current, books[kAllocPeak] + peak, 0, 0);
+    set(stats.requested_bytes, books[kAllocCur] + current, books[kAllocPeak] + peak, 0, 0);
+    set(stats.reserved_bytes, books[kResCur] + current, books[kResPeak] + peak, 0, 0);
+    set(stats.allocation, books[kAllocs] - books[kFrees] + static_cast<int64_t>(sizes.size()), 0,
+        books[kAllocs] + allocs, books[kFrees] + frees);
+    stats.num_ooms = books[kOoms];
+    return stats;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    if (pool_reset) pool_reset(device, 0);
+    std::lock_guard<std::mutex> lock(mutex);
+    allocs = frees = 0;
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    if (pool_reset) pool_reset(device, 1);
+    std::lock_guard<std::mutex> lock(mutex);
+    peak = current;
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    int64_t books[kFields] = {0};
+    TORCH_CHECK(pool_stats != nullptr && pool_stats(device, books) != 0,
+                "neuron:", static_cast<int>(device), " has no memory books yet; use the device first");
+    std::lock_guard<std::mutex> lock(mutex);
+    const int64_t used = books[kAllocCur] + current;
+    return {static_cast<size_t>(std::max<int64_t>(books[kCapacity] - used, 0)),
+            static_cast<size_t>(books[kCapacity])};
+  }
+};
+
+// Never destroyed: c10 keeps a pointer to it, and storages may be freed during interpreter exit.
+HostBackedAllocator& allocator = *new HostBackedAllocator();
+
+void HostBackedAllocator::release(void* data) {
+  if (data == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(allocator.mutex);
+    auto it = allocator.sizes.find(data);
+    if (it != allocator.sizes.end()) {
+      allocator.current -= static_cast<int64_t>(it->second);
+      ++allocator.frees;
+      allocator.sizes.erase(it);
+    }
+  }
+  c10::free_cpu(data);
+}
+
+struct NeuronHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  void init() const override {}
+  // One simulated NeuronCore per process (backend/device/neuron_module.py: device_count).
+  c10::DeviceIndex deviceCount() const override { return 1; }
+  c10::DeviceIndex getCurrentDevice() const override { return 0; }
+  void setCurrentDevice(c10::DeviceIndex device) const override { check(device); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override { check(device); return 0; }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override { return exchangeDevice(device); }
+
+  // Device values are computed on the host, so the device draws from the host generator
+  // (backend/device/generator.py states the same contract for torch.Generator("neuron")).
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
+    return at::detail::getDefaultCPUGenerator();
+  }
+
+  at::Device getDeviceFromPtr(void*) const override { return {kDevice, 0}; }
+
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+    TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+    // A wrapper subclass's bookkeeping storage (a device tensor's, whose values live in its
+    // host tensor) holds no bytes: only its size changes, as FSDP2 expects of resize_.
+    if (impl->data_ptr().get() == nullptr && impl->allocator() != &allocator) {
+      impl->set_nbytes(newsize);
+      return;
+    }
+    c10::DataPtr data = allocator.allocate(newsize);
+    const size_t kept = std::min(impl->nbytes(), newsize);
+    if (kept > 0) std::memcpy(data.get(), impl->data_ptr().get(), kept);
+    impl->set_data_ptr_noswap(std::move(data));
+    impl->set_nbytes(newsize);
+  }
+
+  static void check(c10::DeviceIndex device) {
+    TORCH_CHECK(device == 0 || device == -1, "Invalid device index neuron:", static_cast<int>(device),
+                ": only neuron:0 exists (1 simulated NeuronCore)");
+  }
+};
+
+// Like the Python-backend guard PyTorch registers by default, plus synchronizeDevice.
+struct NeuronGuard final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kDevice; }
+  c10::Device exchangeDevice(c10::Device device) const override {
+    NeuronHooks::check(device.index());
+    return {kDevice, 0};
+  }
+  c10::Device getDevice() const override { return {kDevice, 0}; }
+  void setDevice(c10::Device device) const override { NeuronHooks::check(device.index()); }
+  void uncheckedSetDevice(c10::Device) const noexcept override {}
+  c10::Stream getStream(c10::Device) const noexcept override { return defaultStream(); }
+  c10::Stream getNewStream(c10::Device, int) const override { return defaultStream(); }
+  c10::Stream exchangeStream(c10::Stream) const noexcept override { return defaultStream(); }
+  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream&) const override {}
+  void synchronizeEvent(void*) const override {}
+  void synchronizeDevice(const c10::DeviceIndex) const override {}  // ops finish when they return
+
+  static c10::Stream defaultStream() { return c10::Stream(c10::Stream::DEFAULT, c10::Device(kDevice, 0)); }
+};
+
+}  // namespace
+
+// What neuron_install registered (bit flags), so Python can log and test it.
+enum Installed { kAllocator = 1, kHooks = 2, kGuard = 4 };
+
+extern "C" int neuron_install(PoolStatsFn stats, PoolResetFn reset) {
+  static std::once_flag once;
+  static int installed = 0;
+  pool_stats = stats;
+  pool_reset = reset;
+  std::call_once(once, [] {
+    // Keep the workbench's allocator (priority 1) if PrivateUse1 somehow has another already.
+    c10::SetAllocator(kDevice, &allocator, 1);
+    installed |= kAllocator;
+    if (!at::isPrivateUse1HooksRegistered()) {
+      static NeuronHooks hooks;
+      at::RegisterPrivateUse1HooksInterface(&hooks);
+      installed |= kHooks;
+    }
+    if (!c10::impl::hasDeviceGuardImpl(kDevice)) {
+      static NeuronGuard guard;
+      static c10::impl::DeviceGuardImplRegistrar registrar(kDevice, &guard);
+      installed |= kGuard;
+    }
+  });
+  return installed;
+}

@@ -1,0 +1,176 @@
+"""The C++ half of the ``neuron`` device: allocator, PrivateUse1 hooks and device guard.
+
+PyTorch takes a PrivateUse1 allocator, ``PrivateUse1HooksInterface`` (beyond the three methods
+the Python hooks expose) and a device guard with ``synchronizeDevice`` only from C++. Without
+them ``torch.UntypedStorage(n, device="neuron")`` dereferences a missing allocator and kills the
+process, and ``torch.accelerator.synchronize()`` / ``memory_allocated()`` raise.
+``csrc/neuron_hooks.cpp`` provides them; it is compiled on first use with
+``torch.utils.cpp_extension`` (cached under ``~/.cache/torch_extensions``, or
+``$TORCH_EXTENSIONS_DIR``; concurrent first imports wait on its file lock) and loaded with
+ctypes, so the build needs no pybind11 and no Python headers.
+
+It must be installed before ``_setup_privateuseone_for_python_backend``: PyTorch keeps the
+first hooks and guard registered for PrivateUse1, and the Python defaults are then skipped.
+Without a C++ compiler the device still works through the Python defaults, minus those APIs.
+"""
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+__all__ = ["install_native_hooks", "native_hooks_installed", "INSTALLED"]
+
+logger = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("csrc") / "neuron_hooks.cpp"
+EXTENSION_NAME = "neuron_workbench_hooks"
+# -O1: the code is glue; the time goes to parsing PyTorch's headers, not optimizing.
+CFLAGS = ["-O1", "-g0"]
+
+_STATS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64))
+_RESET_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int)
+# Bit flags returned by neuron_install (see the Installed enum in the C++ source).
+INSTALLED = {"allocator": 1, "hooks": 2, "guard": 4}
+
+
+class _State:
+    """What was installed in this process, and the ctypes callbacks C++ keeps pointers to."""
+
+    def __init__(self) -> None:
+        self.flags: int | None = None
+        self.callbacks: tuple = ()
+
+
+STATE = _State()
+
+
+def _device_books(device: int):
+    from .memory import memory_for
+
+    return memory_for(torch._C._get_privateuse1_backend_name())
+
+
+def _pool_stats(device: int, out) -> int:
+    books = _device_books(device)
+    if books is None:
+        return 0
+    values = (books.allocated_bytes, books.peak_allocated_bytes, books.reserved_bytes,
+              books.peak_reserved_bytes, books.num_allocs, books.num_frees, books.num_ooms,
+              books.capacity_bytes)
+    for i, value in enumerate(values):
+        out[i] = int(value)
+    return 1
+
+
+def _pool_reset(device: int, peak_only: int) -> None:
+    books = _device_books(device)
+    if books is None:
+        return
+    books.reset_peak()
+    if not peak_only:
+        books.num_allocs = books.num_frees = books.num_ooms = 0
+
+
+def _build_directory() -> Path:
+    # Keyed by everything the binary depends on, so a cached build is never stale.
+    key = hashlib.sha256(SOURCE.read_bytes())
+    key.update(" ".join([*CFLAGS, torch.__version__, sys.version]).encode())
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"
+    return Path(root) / f"{EXTENSION_NAME}-{key.hexdigest()[:16]}"
+
+
+def _build() -> str:
+    """The path of the compiled library, building it only when no finished build exists.
+
+    A finished build leaves a stamp naming the library; reading it skips importing
+    torch.utils.cpp_extension (and setuptools), which would add about 0.4 s to ``import torch``.
+    """
+    directory = _build_directory()
+    stamp = directory / "built"
+    if stamp.is_file():
+        return stamp.read_text()
+    missing = [tool for tool in ("c++", "ninja") if shutil.which(tool) is None]
+    if missing:
+        raise RuntimeError(f"building them needs {' and '.join(missing)}, not found on PATH")
+    directory.mkdir(parents=True, exist_ok=True)
+    # torch's own build lock is a plain file that outlives a killed build and then blocks every
+    # later import forever. An flock dies with its process: whoever holds it is the only builder,
+    # so a torch lock found then is stale and goes.
+    with open(directory / "build.flock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        if stamp.is_file():   # built by another process while this one waited
+            return stamp.read_text()
+        (directory / "lock").unlink(missing_ok=True)
+        return _compile(directory, stamp)
+
+
+def _compile(directory: Path, stamp: Path) -> str:
+    from torch.utils.cpp_extension import load
+
+    started = time.perf_counter()
+    logger.info("Compiling the neuron device's C++ hooks (first use only) into %s", directory)
+    path = load(name=EXTENSION_NAME, sources=[str(SOURCE)], extra_cflags=CFLAGS,
+                build_directory=str(directory), is_python_module=False, verbose=False)
+    logger.info("Compiled the neuron device's C++ hooks in %.1f s", time.perf_counter() - started)
+    partial = directory / f"built.{os.getpid()}"
+    partial.write_text(path)
+    partial.replace(stamp)   # atomic: another process never reads a half-written stamp
+    return path
+
+
+def _refuse_device_storages() -> None:
+    """Without an allocator, PyTorch dereferences a null pointer allocating a device storage:
+    raise instead, for the direct way to ask for one."""
+    base_new = torch._C.StorageBase.__new__
+
+    def new(cls, *args, device=None, **kwargs):
+        if device is not None and torch.device(device).type == torch._C._get_privateuse1_backend_name():
+            raise RuntimeError(
+                f"Storages on the {torch.device(device).type} device need its C++ allocator, "
+                f"which could not be built (see the warning above); allocate a tensor instead "
+                f"(torch.empty(n, dtype=torch.uint8, device=...)).")
+        return base_new(cls, *args, **({"device": device} if device is not None else {}), **kwargs)
+
+    torch.UntypedStorage.__new__ = new
+
+
+def native_hooks_installed() -> dict[str, bool]:
+    """Which C++ pieces this process registered (all False when the build was unavailable)."""
+    flags = STATE.flags or 0
+    return {name: bool(flags & bit) for name, bit in INSTALLED.items()}
+
+
+def install_native_hooks() -> bool:
+    """Build (first time only), load and register the C++ pieces. Idempotent.
+
+    Returns False, with a warning, when no C++ compiler is available or the build fails; the
+    device then keeps PyTorch's Python-backend defaults.
+    """
+    if STATE.flags is not None:
+        return STATE.flags != 0
+    try:
+        library = ctypes.CDLL(_build())
+    except Exception as error:   # a missing or broken toolchain must not make the device unusable
+        logger.warning(
+            "The neuron device runs without its C++ hooks (%s): torch.UntypedStorage(..., "
+            "device='neuron'), torch.accelerator.synchronize() and torch.accelerator.memory_*() "
+            "are unavailable. Install g++ and ninja (apt-get install g++ ninja-build) to enable "
+            "them.", error)
+        STATE.flags = 0
+        _refuse_device_storages()
+        return False
+    library.neuron_install.restype = ctypes.c_int
+    library.neuron_install.argtypes = [_STATS_FN, _RESET_FN]
+    STATE.callbacks = (_STATS_FN(_pool_stats), _RESET_FN(_pool_reset))
+    STATE.flags = library.neuron_install(*STATE.callbacks)
+    logger.debug("neuron C++ hooks installed: %s", native_hooks_installed())
+    return True
