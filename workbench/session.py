@@ -57,11 +57,12 @@ def ensure_compile_backend(name: str | None) -> None:
 
 
 @contextlib.contextmanager
-def default_device(device: str, target: str | None = None):
-    """Make ``device`` the default for new tensors while the block runs."""
+def default_device(device: str, target: str | None = None, *, timing_only: bool = False):
+    """Make ``device`` the default for new tensors while the block runs (``timing_only``: tensors
+    made in it hold shapes, not values)."""
     from workbench.devices import use_device
 
-    with use_device(device, target=target):
+    with use_device(device, target=target, timing_only=timing_only):
         yield
 
 
