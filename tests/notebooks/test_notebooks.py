@@ -33,7 +33,7 @@ FACTS = {
                                    "fall back to the host (aten::_fft_r2c", "3x3 conv: 0 host fallback op(s)",
                                    "1 graph break(s)", "fits; largest batch that fits"], [WIDGET]),
     "07_llama_from_a_laptop.ipynb": (["timing-only: shapes, no values", "OutOfMemoryError: neuron out of memory",
-                                      "12.00 GiB", "of simulated HBM on", "32 layers (scaled)",
+                                      "12.00 GiB", "in bf16 on trn2-96GiB", "32 layers (scaled)",
                                       "tokens/s on one core", "compiled", "timing-only now: False"], []),
 }
 
