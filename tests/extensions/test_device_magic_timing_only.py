@@ -69,3 +69,37 @@ def test_failed_move_restores_the_mode(small):
     with pytest.raises(RuntimeError, match="cannot move"):
         small.run_line_magic("neuron_device", "cuda --timing-only --move bad")
     assert active_device() == DeviceState("neuron", "trn2") and not torch.neuron.is_timing_only()
+
+
+# -- %neuron_profile follows the mode, or switches it for one run -----------------------------------
+@pytest.fixture
+def shell(shell):
+    shell.user_ns["torch"] = torch
+    return shell
+
+
+def test_profile_magic_timing_only_for_one_run(shell):
+    prof = shell.run_line_magic("neuron_profile", "-o -q --timing-only y = torch.ones(64, 64) @ torch.ones(64, 64)")
+    assert shell.user_ns["y"]._inner.is_meta and prof.meta["timing_only"]
+    assert prof.summary["values"].startswith("none") and "timing-only" in repr(prof)
+    assert not torch.neuron.is_timing_only() and active_device() == DeviceState()
+
+
+def test_profile_magic_keeps_the_active_mode_when_it_switches_target(shell):
+    shell.run_line_magic("neuron_device", "neuron --timing-only")
+    prof = shell.run_line_magic("neuron_profile", "-o -q -t trn1 y = torch.ones(64, 64) @ torch.ones(64, 64)")
+    assert shell.user_ns["y"]._inner.is_meta and prof.meta["timing_only"] and prof.meta["target"] == "trn1"
+    assert active_device() == DeviceState("neuron", "trn2", timing_only=True)
+
+
+def test_profile_magic_restores_the_mode_when_the_cell_needs_values(shell):
+    shell.run_line_magic("neuron_device", "neuron")
+    with pytest.raises(TimingOnlyError, match="timing-only mode"):
+        shell.run_line_magic("neuron_profile", "-q --timing-only float(torch.ones(2).sum())")
+    assert active_device() == DeviceState("neuron", "trn2") and not torch.neuron.is_timing_only()
+
+
+def test_profile_magic_timing_only_refuses_a_cpu_comparison(shell):
+    with pytest.raises(UsageError, match="--timing-only needs simulated devices"):
+        shell.run_line_magic("neuron_profile", "--timing-only --compare cpu,neuron y = 1")
+    assert not torch.neuron.is_timing_only()

@@ -132,3 +132,14 @@ def test_migration_report_timing_only_answers_like_values_but_numerics():
     assert timing_only.numerics.layers.empty and "timing-only" in timing_only._repr_html_()
     assert all(prof.meta["timing_only"] for prof in timing_only.profiles.values())
     assert all(p.device.type == "cpu" and not p.is_meta for p in net.parameters())   # the model untouched
+
+
+def test_profile_says_timing_only_when_the_mode_was_already_on():
+    wb.set_device("neuron", timing_only=True)
+    with wb.profile() as prof:
+        torch.ones(8, 8) + 1
+    assert prof.meta["timing_only"] and "tensor values" in prof._repr_html_()
+    wb.set_device("neuron")
+    with wb.profile() as with_values:
+        torch.ones(8, 8) + 1
+    assert not with_values.meta["timing_only"] and "values" not in with_values.summary
