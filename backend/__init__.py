@@ -8,6 +8,11 @@ tests/test_import_layering.py):
 - ``device`` and ``compile``, peers that never import each other: the PyTorch ``neuron`` device
   (and CUDA emulation), and the ``torch.compile`` backend ``neuron``. They meet in ``recording``;
   CUDA emulation names the compile backend only by its registered string.
+- ``distributed``: the ``torch.distributed`` process-group backend ``neuron``, above the device.
+
+Modules form no import cycles inside a package either. Each layer keeps its process-wide state
+in one object with ``reset()`` for tests (``recording.STREAM``, ``device.state.STATE``,
+``compile.state.STATE``).
 
 Importing ``backend`` registers nothing; ``import workbench`` (or torch's backend autoload)
 registers the ``neuron`` device, and the compile backend loads on its first ``torch.compile``.

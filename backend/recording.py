@@ -41,7 +41,6 @@ SIMULATED_DEVICE_TYPES = {"neuron"}   # "cuda" joins while CUDA emulation is on
 # copies those into the device worker thread that runs a backward pass, so ops of a backward
 # are attributed to the thread that called it.
 _ORIGIN_KEY = "neuron_workbench.recording_origin"
-_opened = threading.local()           # per thread: sinks this thread has open
 
 
 def op_origin() -> int:
@@ -76,6 +75,9 @@ class OpStream:
         self.taggers: tuple = ()
         self.target_source: Callable[[], NeuronConfig] | None = None
         self.counter = itertools.count()
+        # Per thread: how deep its open sinks nest and whose ops they take (left to the
+        # ``recording`` blocks that set it: reset() cannot close them).
+        self.opened = threading.local()
 
     @property
     def listening(self) -> bool:
@@ -114,19 +116,21 @@ def active_sinks() -> tuple:
 
 def _claim_origin() -> int:
     """Mark this thread as a recording origin (nested sinks share it); returns its id."""
-    depth = getattr(_opened, "depth", 0)
+    opened = STREAM.opened
+    depth = getattr(opened, "depth", 0)
     if depth == 0:
-        _opened.owner = op_origin()      # a sink opened inside a backward pass keeps its origin
-        _opened.stashed = not torch._C._is_key_in_tls(_ORIGIN_KEY)
-        if _opened.stashed:
-            torch._C._stash_obj_in_tls(_ORIGIN_KEY, _opened.owner)
-    _opened.depth = depth + 1
-    return _opened.owner
+        opened.owner = op_origin()      # a sink opened inside a backward pass keeps its origin
+        opened.stashed = not torch._C._is_key_in_tls(_ORIGIN_KEY)
+        if opened.stashed:
+            torch._C._stash_obj_in_tls(_ORIGIN_KEY, opened.owner)
+    opened.depth = depth + 1
+    return opened.owner
 
 
 def _release_origin() -> None:
-    _opened.depth -= 1
-    if _opened.depth == 0 and _opened.stashed:
+    opened = STREAM.opened
+    opened.depth -= 1
+    if opened.depth == 0 and opened.stashed:
         # Erase, not overwrite: a Python object left in torch's TLS at thread exit deadlocks.
         torch._C._remove_obj_from_tls(_ORIGIN_KEY)
 

@@ -6,12 +6,13 @@ resolvable (Dynamo and the compiler load on the first such compile, see
 ``backend.compile.entry_point``); everything else (pandas, plotly, widgets) is imported on first
 use of the name.
 
-Structure (imports point down the list, no cycles):
+Structure (no import cycles, checked by tests/test_import_layering.py):
 
-- running: ``devices`` (the active device), ``session`` (``profile()``), ``comparison``
-  (``compare()``), ``cli`` (``workbench profile``);
+- running: ``devices`` (the active device, one ``SELECTION`` object), ``session``
+  (``profile()``), ``comparison`` (``compare()``), ``distributed`` (``launch()`` on N ranks),
+  ``cli`` (``workbench profile``);
 - data: ``profiles`` (``Profile``: traces and compiled graphs as tables and counters),
-  ``graphs``, ``aggregate``, ``records``, ``format`` (numbers with units);
+  ``graphs``, ``aggregate``, ``records``, ``format`` (numbers with units), ``pricing`` (dollars);
 - presentation: ``html_parts`` (the one HTML table helper and the sections the dashboard and
   the report share), ``figures/`` (plotly, one module per figure), ``widgets`` (the dashboard),
   ``report`` (standalone HTML), ``export`` (Chrome/Perfetto trace), ``tables`` (CSV/Parquet).

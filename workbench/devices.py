@@ -15,7 +15,7 @@ import torch
 
 from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET
 
-__all__ = ["DEVICES", "DeviceState", "set_device", "use_device", "active_device", "move", "available"]
+__all__ = ["DEVICES", "DeviceState", "DeviceSelection", "SELECTION", "set_device", "use_device", "active_device", "move", "available"]
 
 DEVICES = ("cpu", "neuron", "cuda")
 
@@ -41,14 +41,25 @@ class DeviceState:
         return f"cuda:0 ({where}{mode})"
 
 
-_state = {"current": DeviceState()}
+class DeviceSelection:
+    """The device state ``set_device`` last applied, process-wide."""
+
+    def __init__(self) -> None:
+        self.current = DeviceState()
+
+    def reset(self) -> None:
+        """Forget the selection (tests); torch itself is put back by ``set_device("cpu")``."""
+        self.current = DeviceState()
+
+
+SELECTION = DeviceSelection()
 
 
 def active_device() -> DeviceState:
     from backend.device.timing_only import is_timing_only
 
     # The mode can also be switched by torch.neuron.timing_only(): report (and restore) it as it is.
-    current = _state["current"]
+    current = SELECTION.current
     return current if current.timing_only == is_timing_only() else replace(current, timing_only=is_timing_only())
 
 
@@ -119,7 +130,7 @@ def _apply(state: DeviceState, neuron_config) -> None:
         cuda_emulation.enable(state.target, redirect=state.redirect)
     torch.set_default_device(None if state.device == "cpu" else f"{state.device}:0")
     set_timing_only(state.timing_only)
-    _state["current"] = state
+    SELECTION.current = state
 
 
 @contextlib.contextmanager

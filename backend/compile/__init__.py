@@ -12,6 +12,8 @@ and ``backend.sim``.
   ``feed`` hands them to the sinks, ``runtime`` runs compiled graphs.
 - ``graph_log``: what was compiled (FX text, fusion groups, breaks, recompiles), with per-kernel
   cost from ``costing``.
+- ``state``: the layer's process-wide state in one object (the graph log's entries, Dynamo
+  bookkeeping), with ``reset()`` for tests.
 
 Importing this package imports neither Dynamo nor the compiler: names load on first use.
 """

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-import threading
 import warnings
 from contextlib import ExitStack
 
@@ -28,6 +27,7 @@ from .fusion import fuse
 from .graph_log import CompiledGraphInfo, CompiledPartInfo, new_graph
 from .kernels import node_sources
 from .runtime import CompiledPart, place_on_host
+from .state import STATE
 
 __all__ = ["neuron_backend", "register", "is_registered", "prepare_dynamo", "BACKEND_NAME",
            "SUPPORTED_MODES", "OPTIONS"]
@@ -44,22 +44,19 @@ OPTIONS = {
                                         "(default: the selected target's)"),
 }
 
-_state = threading.local()
-_rules_added = False
-
 
 # -- recording is off while Dynamo traces -------------------------------------------------------
 def _on_compile_start(_args) -> None:
-    stack = getattr(_state, "stack", None)
+    stack = getattr(STATE.tracing, "stack", None)
     if stack is None:
-        stack = _state.stack = []
+        stack = STATE.tracing.stack = []
     scope = ExitStack()
     scope.enter_context(recording.suspended())
     stack.append(scope)
 
 
 def _on_compile_end(_args) -> None:
-    stack = getattr(_state, "stack", None)
+    stack = getattr(STATE.tracing, "stack", None)
     if stack:
         stack.pop().close()
 
@@ -174,9 +171,8 @@ def is_registered() -> bool:
 def prepare_dynamo() -> None:
     """Set Dynamo up for this backend before it traces a frame. Idempotent; calling it again
     after ``torch._dynamo.reset()`` restores the compile callbacks that reset cleared."""
-    global _rules_added
     _ensure_callbacks()
-    if _rules_added:
+    if STATE.trace_rules_added:
         return
     from torch._dynamo import trace_rules
 
@@ -186,7 +182,7 @@ def prepare_dynamo() -> None:
     for package in ("backend.device", "backend.recording", "backend.lowering", "backend.sim",
                     "backend.compile"):
         trace_rules.add(package)
-    _rules_added = True
+    STATE.trace_rules_added = True
 
 
 def register() -> None:

@@ -7,8 +7,6 @@ tracing it and, for a recompile, the guard failures that caused it.
 """
 from __future__ import annotations
 
-import threading
-from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -16,6 +14,7 @@ from torch import fx
 
 from .costing import KernelCost, cost_kernels
 from .fusion import node_class
+from .state import STATE
 
 __all__ = ["CompiledGraphInfo", "CompiledPartInfo", "compiled_graphs", "reset",
            "new_graph", "graph_breaks", "recompile_reasons"]
@@ -155,44 +154,37 @@ class CompiledGraphInfo:
                 "backward_ops": bw.op_count if bw else 0, "backward_kernels": bw.kernel_count if bw else 0}
 
 
-_lock = threading.Lock()
-_graphs: list[CompiledGraphInfo] = []
-# What Dynamo had reported when we last looked, so each graph gets only its own events.
-_seen_breaks: Counter = Counter()
-_seen_failures: dict = {}
-
-
 def _new_events() -> tuple[list, list]:
     from torch._dynamo.utils import counters, guard_failures
 
     breaks = []
     for reason, count in counters["graph_break"].items():
-        seen = _seen_breaks[reason]
+        seen = STATE.seen_breaks[reason]
         breaks += [reason] * (count - seen if count >= seen else count)  # after dynamo.reset()
-        _seen_breaks[reason] = count
+        STATE.seen_breaks[reason] = count
     failures = []
     for code, reasons in guard_failures.items():
-        seen = _seen_failures.get(code, 0)
+        seen = STATE.seen_failures.get(code, 0)
         failures += reasons[seen:] if len(reasons) >= seen else reasons
-        _seen_failures[code] = len(reasons)
+        STATE.seen_failures[code] = len(reasons)
     return breaks, failures
 
 
 def new_graph(frame: str, compile_id: str, *, mode: str = "default") -> CompiledGraphInfo:
     """Register a graph Dynamo just handed the backend, with the events since the last one."""
-    with _lock:
+    with STATE.lock:
         breaks, failures = _new_events()
         info = CompiledGraphInfo(name=f"{frame}_{compile_id.replace('/', '_')}", compile_id=compile_id,
                                  frame=frame, graph_breaks=breaks, recompile_reasons=failures,
                                  mode=mode)
-        _graphs.append(info)
+        STATE.graphs.append(info)
         return info
 
 
 def compiled_graphs() -> list[CompiledGraphInfo]:
     """Every graph compiled with ``backend="neuron"`` since the last ``reset()``, oldest first."""
-    with _lock:
-        return list(_graphs)
+    with STATE.lock:
+        return list(STATE.graphs)
 
 
 def graph_breaks() -> list[str]:
@@ -206,6 +198,6 @@ def recompile_reasons() -> list[str]:
 
 def reset() -> None:
     """Forget the compiled-graph records (Dynamo's own caches are ``torch._dynamo.reset()``)."""
-    with _lock:
-        _graphs.clear()
+    with STATE.lock:
+        STATE.graphs.clear()
         _new_events()   # events so far belong to no graph we keep

@@ -256,3 +256,11 @@ def _transfer_kind(func, args, out_device):
     elif func is aten._local_scalar_dense.default:
         return "d2h"
     return None
+
+
+def _torch_dispatch(cls, func, types, args=(), kwargs=None):
+    return dispatch(func, args, kwargs or {})
+
+
+# Registered on the tensor type here, so tensor.py need not import its own dispatcher.
+DeviceTensor.__torch_dispatch__ = classmethod(_torch_dispatch)

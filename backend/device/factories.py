@@ -11,12 +11,11 @@ import torch
 
 from .device_module import reported_device
 from .memory import memory_for
+from .state import STATE
 from .tensor import wrap
 from .timing_only import host_device, is_data_free, no_values_error
 
 __all__ = ["register_factories", "unregister_factories"]
-
-_libraries: dict = {}
 
 
 def _device_of(device) -> torch.device:
@@ -116,7 +115,7 @@ def _register_decomposed(lib, dispatch_key: str) -> None:
 
 def register_factories(dispatch_key: str) -> None:
     """Register the allocators on ``dispatch_key`` ("PrivateUse1", or "CUDA" for emulation)."""
-    if dispatch_key in _libraries:
+    if dispatch_key in STATE.factory_libraries:
         return
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("empty.memory_format", _empty, dispatch_key)
@@ -129,10 +128,10 @@ def register_factories(dispatch_key: str) -> None:
     # __torch_dispatch__, so host kernels would read garbage: the device materializes it.
     lib.impl("_efficientzerotensor", _host_factory(torch.ops.aten.zeros.default), dispatch_key)
     _register_decomposed(lib, dispatch_key)
-    _libraries[dispatch_key] = lib
+    STATE.factory_libraries[dispatch_key] = lib
 
 
 def unregister_factories(dispatch_key: str) -> None:
-    lib = _libraries.pop(dispatch_key, None)
+    lib = STATE.factory_libraries.pop(dispatch_key, None)
     if lib is not None:
         lib._destroy()

@@ -17,11 +17,11 @@ import torch
 
 from backend.recording import SIMULATED_DEVICE_TYPES
 
+from .state import STATE
+
 __all__ = ["register_pinned_memory"]
 
 _COMPOSITE = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
-_pinned: set[int] = set()   # data_ptrs of host storages pinned for a simulated device
-_library = None
 
 
 def _for_simulated_device(device) -> bool:
@@ -38,21 +38,21 @@ def _pin_memory(self: torch.Tensor, device=None) -> torch.Tensor:
     pinned.copy_(self)
     storage = pinned.untyped_storage()
     key = storage.data_ptr()
-    _pinned.add(key)
-    weakref.finalize(storage, _pinned.discard, key)   # an address reused later is not pinned
+    STATE.pinned.add(key)
+    weakref.finalize(storage, STATE.pinned.discard, key)   # an address reused later is not pinned
     return pinned
 
 
 def _is_pinned(self: torch.Tensor, device=None) -> bool:
     if not _for_simulated_device(device):
         return torch.ops.aten.is_pinned.default.redispatch(_COMPOSITE, self, device)
-    return bool(_pinned) and self.untyped_storage().data_ptr() in _pinned
+    return bool(STATE.pinned) and self.untyped_storage().data_ptr() in STATE.pinned
 
 
 def register_pinned_memory() -> None:
     """Give ``aten::_pin_memory`` / ``aten::is_pinned`` their CPU kernels. Idempotent."""
-    global _library
-    if _library is None:
-        _library = torch.library.Library("aten", "IMPL")
-        _library.impl("_pin_memory", _pin_memory, "CPU")
-        _library.impl("is_pinned", _is_pinned, "CPU")
+    if STATE.pinned_library is None:
+        library = torch.library.Library("aten", "IMPL")
+        library.impl("_pin_memory", _pin_memory, "CPU")
+        library.impl("is_pinned", _is_pinned, "CPU")
+        STATE.pinned_library = library

@@ -5,14 +5,15 @@ import sys
 
 import torch
 
+from .state import STATE
+
 __all__ = ["register", "is_registered"]
 
 DEVICE_NAME = "neuron"
-_done = False
 
 
 def is_registered() -> bool:
-    return _done
+    return STATE.registered
 
 
 def register() -> None:
@@ -22,8 +23,7 @@ def register() -> None:
     ``torch.neuron``, ``Tensor.neuron()``/``Module.neuron()``); the allocators are registered
     on PrivateUse1; every other op reaches ``DeviceTensor.__torch_dispatch__``.
     """
-    global _done
-    if _done:
+    if STATE.registered:
         return
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
@@ -39,7 +39,7 @@ def register() -> None:
             f"'{DEVICE_NAME}' device cannot be registered in this process.")
     if current == DEVICE_NAME and hasattr(torch, DEVICE_NAME):
         # Another copy of this module registered it (e.g. autoload then a reload).
-        _done = True
+        STATE.registered = True
         return
     _setup_privateuseone_for_python_backend(rename=DEVICE_NAME, backend_module=neuron_module)
     sys.modules.setdefault(f"torch.{DEVICE_NAME}", neuron_module)
@@ -47,4 +47,4 @@ def register() -> None:
     autocast.register(DEVICE_NAME)
     install_generator()
     register_pinned_memory()
-    _done = True
+    STATE.registered = True

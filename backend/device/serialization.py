@@ -19,28 +19,28 @@ import weakref
 
 import torch
 
+from backend.recording import SIMULATED_DEVICE_TYPES
+
+from .state import STATE
+
 __all__ = ["register_serialization", "mark_for_saving", "device_restored_for", "SIMULATED_LOCATION"]
 
 SIMULATED_LOCATION = re.compile(r"^(neuron|cuda)(:\d+)?$")
-_saving: dict = {}      # data_ptr of a host storage being saved -> device
-_restored: dict = {}    # data_ptr of a host storage just loaded -> device it was mapped to
-_moved: dict = {}       # (data_ptr, dtype) of such a storage -> the whole storage on its device
-_done = False
 
 
 def mark_for_saving(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """Tag ``host``'s storage with ``device`` for the pickler; dropped when ``host`` dies."""
     key = host.untyped_storage().data_ptr()
-    _saving[key] = str(device)
-    weakref.finalize(host, _saving.pop, key, None)
+    STATE.saving[key] = str(device)
+    weakref.finalize(host, STATE.saving.pop, key, None)
     return host
 
 
 def device_restored_for(host: torch.Tensor) -> torch.device | None:
     """The device torch.load mapped ``host``'s storage to, if it is a simulated one."""
-    if not _restored or host.device.type != "cpu":
+    if not STATE.restored or host.device.type != "cpu":
         return None
-    return _restored.get(host.untyped_storage().data_ptr())
+    return STATE.restored.get(host.untyped_storage().data_ptr())
 
 
 def _on_restored_device(tensor: torch.Tensor) -> torch.Tensor:
@@ -50,10 +50,10 @@ def _on_restored_device(tensor: torch.Tensor) -> torch.Tensor:
         return tensor
     storage = tensor.untyped_storage()
     key = (storage.data_ptr(), tensor.dtype)
-    whole = _moved.get(key)
+    whole = STATE.moved.get(key)
     if whole is None:
         flat = torch.empty(0, dtype=tensor.dtype).set_(storage)
-        whole = _moved[key] = flat.to(device)
+        whole = STATE.moved[key] = flat.to(device)
     moved = whole.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())
     return moved.requires_grad_(tensor.requires_grad)
 
@@ -68,36 +68,33 @@ def _wrap_rebuild(rebuild):
 
 
 def _tag(storage):
-    if storage.device.type == "cpu" and _saving:
-        return _saving.get(storage.data_ptr())
+    if storage.device.type == "cpu" and STATE.saving:
+        return STATE.saving.get(storage.data_ptr())
     return None
 
 
 def _restore(storage, location: str):
-    from .dispatch import SIMULATED_DEVICE_TYPES
-
     if not SIMULATED_LOCATION.match(location) or location.split(":")[0] not in SIMULATED_DEVICE_TYPES:
         return None
     device = torch.device(location)
     host = storage if storage.device.type == "cpu" else storage.cpu()
     key = host.data_ptr()
-    _restored[key] = device if device.index is not None else torch.device(device.type, 0)
+    STATE.restored[key] = device if device.index is not None else torch.device(device.type, 0)
     weakref.finalize(host, _forget, key)   # never outlive the storage it describes
     return host
 
 
 def _forget(key: int) -> None:
-    _restored.pop(key, None)
-    for moved in [k for k in _moved if k[0] == key]:
-        del _moved[moved]
+    STATE.restored.pop(key, None)
+    for moved in [k for k in STATE.moved if k[0] == key]:
+        del STATE.moved[moved]
 
 
 def register_serialization() -> None:
     """Hook the device into torch.serialization's location registry. Idempotent."""
-    global _done
-    if not _done:
+    if not STATE.serialization_registered:
         # Before the CPU tagger (10) and the PrivateUse1 deserializer (23).
         torch.serialization.register_package(5, _tag, _restore)
         if not getattr(torch._utils._rebuild_tensor_v2, "__wrapped_for_devices__", False):
             torch._utils._rebuild_tensor_v2 = _wrap_rebuild(torch._utils._rebuild_tensor_v2)
-        _done = True
+        STATE.serialization_registered = True

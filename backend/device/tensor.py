@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import torch
 
+from .device_module import check_device
+from .memory import POOLS
+from .serialization import device_restored_for, mark_for_saving, register_serialization
+from .timing_only import no_values_error
+
 __all__ = ["DeviceTensor", "wrap", "unwrap_to_host", "carry_math_bits"]
 
 
@@ -26,10 +31,8 @@ class DeviceTensor(torch.Tensor):
     # Only __torch_dispatch__ matters; skipping the __torch_function__ layer halves per-op cost.
     __torch_function__ = torch._C._disabled_torch_function_impl
 
-    # Dispatch lives in its own module; bound here so PyTorch finds it on the class.
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return _dispatch(func, args, kwargs or {})
+    # __torch_dispatch__ is installed by ``backend.device.dispatch`` when it is imported (the
+    # package imports it first): dispatch builds DeviceTensors, so it sits above this module.
 
     # Traceable-subclass protocol: lets Dynamo/AOTAutograd see through the wrapper.
     def __tensor_flatten__(self):
@@ -129,12 +132,6 @@ def unwrap_to_host(t: torch.Tensor) -> torch.Tensor:
     """The host tensor holding a device tensor's values (the tensor itself if on CPU)."""
     return t._inner if isinstance(t, DeviceTensor) else t
 
-
-from .dispatch import dispatch as _dispatch  # noqa: E402  (dispatch imports DeviceTensor)
-from .device_module import check_device  # noqa: E402
-from .memory import POOLS  # noqa: E402
-from .timing_only import no_values_error  # noqa: E402
-from .serialization import device_restored_for, mark_for_saving, register_serialization  # noqa: E402
 
 torch.serialization.add_safe_globals([_rebuild_device_tensor, _rebuild_tagged_tensor])
 register_serialization()
