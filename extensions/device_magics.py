@@ -29,7 +29,7 @@ def _status(state, moved=()) -> None:
 
 @magics_class
 class DeviceMagics(Magics):
-    """``%neuron_device [cpu|neuron|cuda] [--target T] [--redirect] [--move a,b]``."""
+    """``%neuron_device [cpu|neuron|cuda] [--target T] [--redirect] [--timing-only] [--move a,b]``."""
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("device", nargs="?", choices=DEVICES,
@@ -38,6 +38,8 @@ class DeviceMagics(Magics):
                               "default trn2 for neuron, h100 for cuda")
     @magic_arguments.argument("--redirect", action="store_true",
                               help="cuda only: run CUDA-written code on the simulated NeuronCore")
+    @magic_arguments.argument("--timing-only", action="store_true",
+                              help="neuron or cuda: new tensors hold shapes but no values (models the host cannot hold)")
     @magic_arguments.argument("-m", "--move", metavar="NAMES",
                               help="comma-separated modules/tensors of the notebook to move to the device")
     @line_magic
@@ -48,6 +50,8 @@ class DeviceMagics(Magics):
         ``%neuron_device neuron --target trn1`` makes new tensors and modules land on the simulated
         NeuronCore; ``%neuron_device cuda --target h100`` turns CUDA emulation on, so code that
         says ``.cuda()`` runs on an emulated H100 (``--redirect``: on the NeuronCore instead);
+        ``--timing-only`` makes tensors and modules made from now on hold shapes but no values
+        (same simulated time, host memory does not grow with the model; switching again leaves it);
         ``%neuron_device cpu`` puts torch back exactly as it was. ``--move model,x`` moves those
         objects of the notebook to the device as well (objects made earlier keep their device
         otherwise). A bad device, target or name is a UsageError and changes nothing.
@@ -55,8 +59,8 @@ class DeviceMagics(Magics):
         args = parse(self.neuron_device, line)
         names = split_list(self.neuron_device, args.move)
         if args.device is None:
-            if args.target or args.redirect:
-                raise usage_error(self.neuron_device, "--target and --redirect need a device")
+            if args.target or args.redirect or args.timing_only:
+                raise usage_error(self.neuron_device, "--target, --redirect and --timing-only need a device")
             if names:
                 self._move(names)
             _status(active_device(), names)
@@ -64,13 +68,13 @@ class DeviceMagics(Magics):
         self._check_movable(names)
         previous = active_device()
         try:
-            state = set_device(args.device, args.target, redirect=args.redirect)
+            state = set_device(args.device, args.target, redirect=args.redirect, timing_only=args.timing_only)
         except ValueError as exc:
             raise usage_error(self.neuron_device, str(exc)) from None
         try:
             self._move(names)
         except BaseException:
-            set_device(previous.device, previous.target, redirect=previous.redirect)
+            set_device(previous.device, previous.target, redirect=previous.redirect, timing_only=previous.timing_only)
             raise
         log.info("device: %s", state.status_line())
         _status(state, names)

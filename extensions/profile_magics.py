@@ -33,6 +33,8 @@ class ProfileMagics(Magics):
                               help="compile only these modules (comma-separated names); implies --compile")
     @magic_arguments.argument("--compare", metavar="DEVICES",
                               help=f"run the cell once per device ({','.join(DEVICES)}) and show them side by side")
+    @magic_arguments.argument("--timing-only", action="store_true",
+                              help="tensors the cell makes hold shapes but no values (default: as the active device)")
     @magic_arguments.argument("-o", dest="output", action="store_true",
                               help="return the Profile (the Comparison with --compare), like %%timeit -o")
     @magic_arguments.argument("-q", dest="quiet", action="store_true", help="display nothing")
@@ -56,7 +58,9 @@ class ProfileMagics(Magics):
         all). Modules the cell reaches other than by name (in a list, as an attribute) run eager.
 
         ``--compare cpu,cuda,neuron`` runs the cell once per device and shows a table and chart
-        (cpu: measured host wall time; the others: simulated time). ``-o`` returns the Profile
+        (cpu: measured host wall time; the others: simulated time). ``--timing-only`` runs the
+        cell in timing-only mode (tensors without values; on by default when the active device is
+        in that mode, which a switch for the run keeps). ``-o`` returns the Profile
         (or the Comparison); ``-q`` displays nothing.
         """
         args = parse(self.neuron_profile, line)
@@ -68,6 +72,9 @@ class ProfileMagics(Magics):
             raise usage_error(self.neuron_profile, "nothing to profile: give a statement or a cell")
         if args.compare and args.device:
             raise usage_error(self.neuron_profile, "use --compare or --device, not both")
+        if args.timing_only and "cpu" in split_list(self.neuron_profile, args.compare):
+            raise usage_error(self.neuron_profile, "--timing-only needs simulated devices: cpu computes values")
+        args.timing_only = args.timing_only or active_device().timing_only
         to_compile = split_list(self.neuron_profile, args.compile_modules) or (
             sorted(names_used(source)) if args.compile else [])
         run = self._runner(source)
@@ -96,13 +103,14 @@ class ProfileMagics(Magics):
         """Modules/tensors the cell names that sit on the active device (they follow a switch)."""
         return names_on(self.shell.user_ns, used, active_device().torch_device.type)
 
-    def _scope(self, stack: contextlib.ExitStack, device: str, target, following, to_compile) -> None:
+    def _scope(self, stack: contextlib.ExitStack, device: str, target, following, to_compile,
+               timing_only: bool = False) -> None:
         """Switch to ``device`` (if it is not the active one), bring ``following`` along, compile."""
         state = active_device()
         running_on = "neuron" if state.redirect else state.device      # redirected CUDA runs on neuron
         if device != running_on or (target is not None and target != state.target):
             try:
-                stack.enter_context(use_device(device, target))
+                stack.enter_context(use_device(device, target, timing_only=timing_only and device != "cpu"))
             except ValueError as exc:
                 raise usage_error(self.neuron_profile, str(exc)) from None
             stack.enter_context(placed(self.shell.user_ns, following, active_device().torch_device))
@@ -114,10 +122,10 @@ class ProfileMagics(Magics):
         device = args.device or ("neuron" if state.device == "cpu" or state.redirect else state.device)
         following = self._following(used)
         with contextlib.ExitStack() as stack:
-            self._scope(stack, device, args.target, following, to_compile)
+            self._scope(stack, device, args.target, following, to_compile, args.timing_only)
             now = active_device()
             target = args.target or (now.target if now.device == device else None)
-            return profile(run, device=device, target=target)
+            return profile(run, device=device, target=target, timing_only=args.timing_only)
 
     def _compare(self, args, run, used, to_compile) -> Comparison:
         devices = split_list(self.neuron_profile, args.compare, DEVICES, "device")
@@ -127,8 +135,9 @@ class ProfileMagics(Magics):
         parts = []
         for device in devices:
             with contextlib.ExitStack() as stack:
-                self._scope(stack, device, None, following, to_compile)
-                parts.append(compare(run, devices=[device], targets=targets))
+                timing_only = args.timing_only and device != "cpu"
+                self._scope(stack, device, None, following, to_compile, timing_only)
+                parts.append(compare(run, devices=[device], targets=targets, timing_only=timing_only))
         return Comparison(pd.concat([p.frame for p in parts], ignore_index=True),
                           {k: v for p in parts for k, v in p.profiles.items()},
                           {k: v for p in parts for k, v in p.results.items()})

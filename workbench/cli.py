@@ -1,7 +1,7 @@
 """``workbench profile script.py ...``: run a script on a simulated device and report
 (``workbench migrate script.py ...``: see workbench/migration/cli.py).
 
-    workbench profile train.py --device neuron --target trn2 [--compile] \
+    workbench profile train.py --device neuron --target trn2 [--compile] [--timing-only] \
         [--html report.html] [--trace trace.json] [--csv DIR] [--parquet DIR] [-- script args]
 
 The script runs as ``__main__`` (runpy) with the device as the default device, under
@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="hardware preset (default: trn2 for neuron, h100 for cuda)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile(backend='neuron') every top-level nn.Module the script calls")
+    p.add_argument("--timing-only", action="store_true",
+                   help="tensors hold shapes but no values: the same simulated time for models the host cannot "
+                        "hold or compute (the script must not need values: .item(), printing tensors)")
     p.add_argument("--html", type=Path, metavar="FILE", help="write a standalone HTML report")
     p.add_argument("--trace", type=Path, metavar="FILE", help="write a Chrome/Perfetto trace (.json or .json.gz)")
     p.add_argument("--full-trace", action="store_true", help="keep every instruction in --trace (large)")
@@ -128,8 +131,8 @@ def _profile_command(args, script_args: list) -> int:
     on_op, bar = _progress(not args.no_progress)
     compiling = compile_modules() if args.compile else contextlib.nullcontext()
     stopped = None       # the script's SystemExit or a Ctrl-C: report what ran, then pass it on
-    with bar, default_device(args.device, target), compiling:
-        with profile(device=args.device, target=target, on_op=on_op) as prof:
+    with bar, default_device(args.device, target, timing_only=args.timing_only), compiling:
+        with profile(device=args.device, target=target, on_op=on_op, timing_only=args.timing_only) as prof:
             try:
                 _run_script(args.script, script_args)
             except (SystemExit, KeyboardInterrupt) as exc:
@@ -143,7 +146,8 @@ def _profile_command(args, script_args: list) -> int:
         log.warning("%s stopped (%s); reporting the ops that ran until then", args.script, prof.meta["error"])
     rows = summary_rows(prof.summary)
     width = max(len(label) for label, _ in rows)
-    print(f"workbench profile: {args.script} on {args.device} {target}{' (compiled)' if args.compile else ''}")
+    modes = ", ".join(m for m, on in (("compiled", args.compile), ("timing-only", args.timing_only)) if on)
+    print(f"workbench profile: {args.script} on {args.device} {target}{f' ({modes})' if modes else ''}")
     for label, value in rows:
         print(f"  {label:<{width}}  {value}")
     for path in _write_outputs(prof, args):

@@ -106,13 +106,17 @@ def _row(label, device, target, compiled, time_s, kind, prof=None, wall=0.0) -> 
 
 
 def compare(fn: Callable, devices: Sequence[str] = ("cpu", "cuda", "neuron"), compile: Sequence[bool] = (False,),
-            targets=None, *, backend: str | None = None) -> Comparison:
+            targets=None, *, backend: str | None = None, timing_only: bool = False) -> Comparison:
     """Run ``fn`` per device, target and compile mode; ``fn(device)`` if it takes an argument.
 
     ``targets``: None (trn2 / h100), a mapping ``{"neuron": "trn1" or [...], "cuda": ...}``, or a
     list of preset names. ``backend`` overrides the torch.compile backend (default "neuron" on
-    simulated devices, "inductor" on cpu).
+    simulated devices, "inductor" on cpu). ``timing_only``: tensors made while ``fn`` runs hold
+    shapes but no values (simulated devices only: the cpu row measures computing them).
     """
+    if timing_only and "cpu" in devices:
+        raise ValueError("compare(timing_only=True) needs simulated devices only: the cpu row measures host "
+                         "wall time computing values; pass devices=('neuron', 'cuda')")
     with_device = _takes_device(fn)
     rows, profiles, results = [], {}, {}
     for device in devices:
@@ -122,12 +126,13 @@ def compare(fn: Callable, devices: Sequence[str] = ("cpu", "cuda", "neuron"), co
                 label = " ".join(x for x in (device, target_name, "compiled" if compiled else "") if x)
                 run = _compiled(fn, device, backend) if compiled else fn
                 call = (lambda run=run, device=device: run(device)) if with_device else run
-                with default_device(device, target):
+                with default_device(device, target, timing_only=timing_only):
                     graphs_before = len(compiled_graphs())
                     if compiled:
                         call()          # compile outside the measurement
                     if device in SIMULATED_DEVICES:
-                        prof = profile(call, device=device, target=target, graphs_since=graphs_before)
+                        prof = profile(call, device=device, target=target, graphs_since=graphs_before,
+                                       timing_only=timing_only)
                         prof.meta["compiled"] = bool(compiled)
                         profiles[label], results[label] = prof, prof.result
                         rows.append(_row(label, device, target_name, bool(compiled), prof.summary["total_time"],

@@ -3,12 +3,13 @@
 ``set_device("neuron", target="trn2")`` makes new tensors and modules land on ``neuron`` (the
 default device); ``set_device("cuda", target="h100")`` turns CUDA emulation on so CUDA-written
 code runs unmodified (``redirect=True`` runs it on ``neuron`` instead); ``set_device("cpu")``
-restores torch as it was. ``use_device(...)`` does the same for a block.
+restores torch as it was. ``use_device(...)`` does the same for a block. ``timing_only=True``
+makes new device tensors hold shapes but no values (``torch.neuron.timing_only()``).
 """
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -24,6 +25,7 @@ class DeviceState:
     device: str = "cpu"
     target: str | None = None      # trn1/trn2/trn3 for neuron, a100/h100/h200 for cuda
     redirect: bool = False         # cuda code running on neuron
+    timing_only: bool = False      # new device tensors hold shapes, not values
 
     @property
     def torch_device(self) -> torch.device:
@@ -32,10 +34,11 @@ class DeviceState:
     def status_line(self) -> str:
         if self.device == "cpu":
             return "cpu (host eager, no simulation)"
+        mode = ", timing-only: shapes, no values" if self.timing_only else ""
         if self.device == "neuron":
-            return f"neuron:0 (simulated {self.target} NeuronCore)"
+            return f"neuron:0 (simulated {self.target} NeuronCore{mode})"
         where = "redirected to the neuron device" if self.redirect else f"emulated {self.target} GPU"
-        return f"cuda:0 ({where})"
+        return f"cuda:0 ({where}{mode})"
 
 
 class DeviceSelection:
@@ -53,7 +56,11 @@ SELECTION = DeviceSelection()
 
 
 def active_device() -> DeviceState:
-    return SELECTION.current
+    from backend.device.timing_only import is_timing_only
+
+    # The mode can also be switched by torch.neuron.timing_only(): report (and restore) it as it is.
+    current = SELECTION.current
+    return current if current.timing_only == is_timing_only() else replace(current, timing_only=is_timing_only())
 
 
 def available() -> dict:
@@ -64,8 +71,12 @@ def available() -> dict:
     return {"cpu": [], "neuron": sorted(NEURON_PRESETS), "cuda": sorted(PRESETS)}
 
 
-def set_device(device: str, target: str | None = None, *, redirect: bool = False) -> DeviceState:
+def set_device(device: str, target: str | None = None, *, redirect: bool = False,
+               timing_only: bool = False) -> DeviceState:
     """Make ``device`` the one that new tensors and modules land on. Returns the new state.
+
+    ``timing_only``: tensors made on the device from now on hold no values, only what the
+    simulator times (shapes, dtypes, strides); ``False`` leaves the mode.
 
     The switch is atomic: if it fails or is interrupted (Ctrl-C) part-way, torch is put back
     as it was (CUDA emulation, default device, NeuronCore target) before the error propagates.
@@ -79,6 +90,8 @@ def set_device(device: str, target: str | None = None, *, redirect: bool = False
         raise ValueError("the cpu device takes no target")
     if redirect and device != "cuda":
         raise ValueError("redirect applies to cuda only (CUDA-written code run on neuron)")
+    if timing_only and device == "cpu":
+        raise ValueError("timing-only applies to the simulated devices (neuron, cuda); the cpu computes values")
     neuron_config = get_target()
     if device == "neuron":
         neuron_config = neuron_preset(target or DEFAULT_NEURON_TARGET)   # validates before anything changes
@@ -87,7 +100,7 @@ def set_device(device: str, target: str | None = None, *, redirect: bool = False
         from backend.sim.gpu import get_gpu
 
         target = get_gpu(target or DEFAULT_GPU_TARGET).name
-    return _switch(DeviceState(device, target, redirect), neuron_config)
+    return _switch(DeviceState(device, target, redirect, timing_only), neuron_config)
 
 
 def _switch(state: DeviceState, neuron_config) -> DeviceState:
@@ -106,6 +119,7 @@ def _switch(state: DeviceState, neuron_config) -> DeviceState:
 def _apply(state: DeviceState, neuron_config) -> None:
     from backend.device import cuda_emulation
     from backend.device.neuron_module import get_target, set_target
+    from backend.device.timing_only import set_timing_only
 
     if cuda_emulation.is_enabled():
         cuda_emulation.disable()
@@ -115,17 +129,18 @@ def _apply(state: DeviceState, neuron_config) -> None:
     if state.device == "cuda":
         cuda_emulation.enable(state.target, redirect=state.redirect)
     torch.set_default_device(None if state.device == "cpu" else f"{state.device}:0")
+    set_timing_only(state.timing_only)
     SELECTION.current = state
 
 
 @contextlib.contextmanager
-def use_device(device: str, target: str | None = None, *, redirect: bool = False):
+def use_device(device: str, target: str | None = None, *, redirect: bool = False, timing_only: bool = False):
     """``with use_device("neuron", "trn1"):`` run a block on a device, then restore the previous
-    one and the previously selected NeuronCore target (also when the block raises)."""
+    one, the previously selected NeuronCore target and timing-only mode (also when the block raises)."""
     from backend.device.neuron_module import get_target
 
     previous = (active_device(), get_target())
-    state = set_device(device, target, redirect=redirect)
+    state = set_device(device, target, redirect=redirect, timing_only=timing_only)
     try:
         yield state
     finally:

@@ -6,6 +6,7 @@ __all__ = ["fmt_time_s", "fmt_bytes", "fmt_count", "summary_rows", "SUMMARY_FIEL
 # (summary key, label, kind) in display order; kinds pick the formatter.
 SUMMARY_FIELDS = (
     ("target", "target", "text"),
+    ("values", "tensor values", "text"),           # only in timing-only runs: "none (timing-only)"
     ("total_time", "simulated time", "seconds"),
     ("host_wall_time", "host wall time (measured)", "seconds"),
     ("op_count", "ops / kernels", "count"),

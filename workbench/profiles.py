@@ -20,13 +20,15 @@ from workbench.graphs import expand_graphs
 from workbench.html_parts import summary_html
 from workbench.presenters import present
 
-__all__ = ["Profile", "EVENT_COLUMNS"]
+__all__ = ["Profile", "EVENT_COLUMNS", "TIMING_ONLY_VALUES"]
 
 log = logging.getLogger(__name__)
 
 EVENT_COLUMNS = ("start_ns", "end_ns", "duration_ns", "engine", "opcode", "op_index",
                  "bytes_moved", "flops")
 _MEMORY_LEVELS = ("hbm", "sbuf", "psum")
+# What a timing-only run's summary says about tensor values (none were computed).
+TIMING_ONLY_VALUES = "none (timing-only: shapes, no values)"
 
 
 class Profile:
@@ -73,6 +75,8 @@ class Profile:
         out["graph_break_count"] = sum(len(g.graph_breaks) for g in self.graphs)
         if "wall_time_s" in self.meta:
             out["host_wall_time"] = float(self.meta["wall_time_s"])
+        if self.meta.get("timing_only"):
+            out["values"] = TIMING_ONLY_VALUES
         if self.band is not None:
             out["total_time_low"], out["total_time_high"] = self.band.low_ns * 1e-9, self.band.high_ns * 1e-9
         return out
@@ -167,7 +171,8 @@ class Profile:
     def __repr__(self) -> str:
         s = self.summary
         return (f"Profile({s['device_kind']} {s['target']}: {s['op_count']} ops, "
-                f"{s['total_time'] * 1e6:.1f} us simulated, {len(self.graphs)} graphs)")
+                f"{s['total_time'] * 1e6:.1f} us simulated, {len(self.graphs)} graphs"
+                f"{', timing-only' if 'values' in s else ''})")
 
     def show(self):
         """Display the dashboard (Jupyter) and return it."""

@@ -57,11 +57,12 @@ def ensure_compile_backend(name: str | None) -> None:
 
 
 @contextlib.contextmanager
-def default_device(device: str, target: str | None = None):
-    """Make ``device`` the default for new tensors while the block runs."""
+def default_device(device: str, target: str | None = None, *, timing_only: bool = False):
+    """Make ``device`` the default for new tensors while the block runs (``timing_only``: tensors
+    made in it hold shapes, not values)."""
     from workbench.devices import use_device
 
-    with use_device(device, target=target):
+    with use_device(device, target=target, timing_only=timing_only):
         yield
 
 
@@ -130,9 +131,10 @@ class ProfileSession:
                 device_layer.set_target(self.target)
         self._graphs_before = len(compiled_graphs()) if self._graphs_since is None else self._graphs_since
         self._stack = contextlib.ExitStack()
+        from backend.device.timing_only import is_timing_only, timing_only
         if self.timing_only:
-            from backend.device.timing_only import timing_only
             self._stack.enter_context(timing_only())    # tensors made in the block hold no values
+        self.profile.meta["timing_only"] = is_timing_only()   # also when the mode was already on
         self._stack.enter_context(recording(self.sink, with_source=self.source))
         self.sampler = _Sampler(self.sink, RUNS_ON.get(self.device, self.device), self.on_op)
         self._stack.enter_context(recording(self.sampler, with_source=self.source))   # shares the simulator's record

@@ -219,3 +219,23 @@ def test_a_shape_error_stays_a_shape_error():
     with pytest.raises(RuntimeError, match=r"3.*4.*5.*6") as info:
         _data_free(3, 4) @ _data_free(5, 6)
     assert not isinstance(info.value, TimingOnlyError)
+
+
+@pytest.mark.parametrize("build", [gpt2_block, bert_layer, small_cnn])
+def test_compare_times_identically_with_and_without_values(build):
+    """The same models through ``wb.compare(timing_only=...)``: the NeuronCore and the emulated
+    GPU simulate the same time, op for op, and the mode is left afterwards."""
+    def step():                           # built on the device compare makes the default
+        model, shape = build()
+        loss = model(torch.randn(shape)).float().pow(2).mean()
+        loss.backward()
+        return loss
+
+    runs = {mode: wb.compare(step, devices=("neuron", "cuda"), timing_only=mode) for mode in (False, True)}
+    assert not torch.neuron.is_timing_only()
+    assert list(runs[True].frame["time_s"]) == list(runs[False].frame["time_s"])
+    for label, prof in runs[True].profiles.items():
+        assert prof.meta["timing_only"] and prof.summary["values"].startswith("none")
+        assert runs[True].results[label]._inner.is_meta and not runs[False].results[label]._inner.is_meta
+        assert [(op.name, op.end_ns) for op in prof.trace.ops] == \
+            [(op.name, op.end_ns) for op in runs[False].profiles[label].trace.ops]

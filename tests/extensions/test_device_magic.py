@@ -66,7 +66,9 @@ def test_move_alone_moves_to_the_active_device(small):
     ("cuda --target trn2", "unknown target 'trn2'"),
     ("neuron --redirect", "redirect applies to cuda only"),
     ("cpu --target trn1", "the cpu device takes no target"),
-    ("--target trn1", "--target and --redirect need a device"),
+    ("--target trn1", "--target, --redirect and --timing-only need a device"),
+    ("--timing-only", "--target, --redirect and --timing-only need a device"),
+    ("cpu --timing-only", "timing-only applies to the simulated devices"),
     ("neuron --move nope", "not a module or tensor of this notebook: nope"),
     ("neuron --move model,n", "not a module or tensor of this notebook: n"),
     ("neuron --move ,", "expected a comma-separated list"),
@@ -79,7 +81,7 @@ def test_bad_input_is_a_usage_error_that_changes_nothing(small, line, message):
     before, x = active_device(), small.user_ns["x"]
     with pytest.raises(UsageError, match=message) as info:
         small.run_line_magic("neuron_device", line)
-    assert "%neuron_device [-t TARGET] [--redirect] [-m NAMES]" in str(info.value)
+    assert "%neuron_device [-t TARGET] [--redirect] [--timing-only] [-m NAMES]" in str(info.value)
     assert active_device() == before and small.user_ns["x"] is x
     assert torch.cuda.is_available()
 

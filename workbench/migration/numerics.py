@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_flatten
 
 from workbench.migration.run import replica, to_device
 
-__all__ = ["Numerics", "layer_drift", "LAYER_COLUMNS", "DEFAULT_DRIFT_THRESHOLD"]
+__all__ = ["Numerics", "layer_drift", "not_compared", "LAYER_COLUMNS", "DEFAULT_DRIFT_THRESHOLD"]
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +156,7 @@ class Numerics:
     compared: str                      # how neuron ran
     threshold: float
     layers: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(LAYER_COLUMNS)))
+    skipped: str = ""                  # why no layer was compared (timing-only: no values)
 
     @property
     def flagged(self) -> list[str]:
@@ -200,6 +201,12 @@ def _suggestion(row: dict, user_dtype: torch.dtype, first_flagged: str | None) -
     if row["input_absmax"] > LARGE_INPUT:
         text += f" (inputs reach |x| = {row['input_absmax']:.3g})"
     return text
+
+
+def not_compared(threshold: float = DEFAULT_DRIFT_THRESHOLD) -> Numerics:
+    """Numerics of a timing-only report: there are no values to compare."""
+    return Numerics(reference="nothing", compared="nothing", threshold=threshold,
+                    skipped="not compared: timing-only mode computes no values")
 
 
 def layer_drift(model: torch.nn.Module, args, kwargs, *, threshold: float = DEFAULT_DRIFT_THRESHOLD,

@@ -17,7 +17,8 @@ from backend.sim.gpu import get_gpu
 from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET, get_target
 from workbench.migration.compile import CompileReadiness, compile_readiness
 from workbench.migration.memory import MemoryFit, fit_memory, measure_memory
-from workbench.migration.numerics import DEFAULT_DRIFT_THRESHOLD, Numerics, layer_drift
+from backend.device.timing_only import timing_only as timing_only_mode
+from workbench.migration.numerics import DEFAULT_DRIFT_THRESHOLD, Numerics, layer_drift, not_compared
 from workbench.migration.perf import coverage_table, performance_table, time_breakdown
 from workbench.migration.run import batch_size, call_args, float_dtype, record_step, roomy_device
 
@@ -100,14 +101,14 @@ class MigrationReport:
         return path
 
 
-def _profiles(recordings, target: str, baseline: str) -> dict:
+def _profiles(recordings, target: str, baseline: str, timing_only: bool = False) -> dict:
     from workbench.profiles import Profile
     out = {}
     for rec in recordings:
         for device, name, trace in (("neuron", target, rec.neuron), ("cuda", baseline, rec.baseline)):
             out[f"{name} {rec.mode}"] = Profile(trace, rec.graphs if device == "neuron" else (),
                                                 meta={"device": device, "target": name, "device_kind": device,
-                                                      "compiled": rec.mode == "compiled"})
+                                                      "compiled": rec.mode == "compiled", "timing_only": timing_only})
     return out
 
 
@@ -129,7 +130,7 @@ def migration_report_for(namespace: dict, model: str = "model", inputs: str = "x
 
 def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEURON_TARGET, baseline: str = DEFAULT_GPU_TARGET, *,
                      training: bool = True, batch_sizes=None, drift_threshold: float = DEFAULT_DRIFT_THRESHOLD,
-                     loss_fn=None, optimizer=None, compile: bool = True) -> MigrationReport:
+                     loss_fn=None, optimizer=None, compile: bool = True, timing_only: bool = False) -> MigrationReport:
     """Report what moving ``model`` from ``baseline`` (a GPU preset) to ``target`` would take.
 
     ``example_inputs``: a tensor, a tuple of positional arguments or a dict of keyword arguments;
@@ -139,6 +140,8 @@ def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEUR
     output -> scalar, default the mean of the first floating output) instead of inference.
     ``batch_sizes``: the batch sizes the memory table estimates (default: powers of two).
     ``compile=False`` skips the compiled step (graph breaks are still reported).
+    ``timing_only``: the replicas hold shapes but no values (``torch.neuron.timing_only()``), for
+    models larger than the host; every answer but numerics (which compares values) is the same.
     """
     start = time.perf_counter()
     cfg = get_target(target)
@@ -146,8 +149,9 @@ def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEUR
     args, kwargs = call_args(example_inputs)
     batch = batch_size(args, kwargs)
     common = {"target": cfg, "baseline": baseline, "training": training, "loss_fn": loss_fn, "optimizer": optimizer}
-    with roomy_device(cfg):
-        numerics = layer_drift(model, args, kwargs, threshold=drift_threshold)
+    with roomy_device(cfg), timing_only_mode(timing_only):
+        numerics = (not_compared(drift_threshold) if timing_only
+                    else layer_drift(model, args, kwargs, threshold=drift_threshold))
         measured = measure_memory(model, args, kwargs, training=training, loss_fn=loss_fn, optimizer=optimizer)
         eager = record_step(model, args, kwargs, **common)
         if compile:
@@ -163,6 +167,6 @@ def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEUR
         performance=performance_table(recordings, cfg.name, baseline), time_breakdown=time_breakdown(recordings),
         memory=fit_memory(measured, batch=batch, capacity_bytes=cfg.hbm_bytes, target=cfg.name, training=training,
                           batch_sizes=batch_sizes),
-        profiles=_profiles(recordings, cfg.name, baseline), wall_time_s=time.perf_counter() - start)
+        profiles=_profiles(recordings, cfg.name, baseline, timing_only), wall_time_s=time.perf_counter() - start)
     log.info("migration report of %s in %.1f s", report.model_name, report.wall_time_s)
     return report

@@ -119,7 +119,9 @@ def findings(report) -> list[str]:
     else:
         out.append(f"op coverage: all {len(compute)} op types lower on the NeuronCore")
     num = report.numerics
-    if num.flagged:
+    if num.skipped:
+        out.append(f"numerics: {num.skipped}")
+    elif num.flagged:
         origins = num.drift_origins or num.flagged
         out.append(f"numerics: {len(num.flagged)} layer(s) drift past {num.threshold:g}, starting at "
                    f"{', '.join(origins[:4])}{', ...' if len(origins) > 4 else ''}; "
@@ -182,7 +184,8 @@ def sections(report) -> dict:
         + _frame_html(report.time_breakdown, {"time_ns": _ns}),
         "op coverage": _frame_html(report.coverage, {"time_ns": _ns, "host_busy_ns": _ns, "fallback_time_ns": _ns,
                                                      "hbm_bytes": fmt_bytes}),
-        "numerics": (f"<p class='note'>{html.escape(num.compared)} against {html.escape(num.reference)}; "
+        "numerics": (f"<p class='note'>{html.escape(num.skipped)}</p>" if num.skipped else
+                     f"<p class='note'>{html.escape(num.compared)} against {html.escape(num.reference)}; "
                      f"threshold {num.threshold:g} on the mean relative error.</p>"
                      + _frame_html(num.layers.drop(columns=["order"]))),
         "compile readiness": (f"<p>{comp.graph_count} graph(s), {comp.graph_break_count} graph break(s), "
