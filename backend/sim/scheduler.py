@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from backend.sim.costs import instruction_ns
 from backend.sim.ir import COMPUTE_ENGINES, Program
+from backend.sim.overlap import CollectiveLane
 from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
 from backend.sim.trace import TRAFFIC_FIELDS, InstructionEvent, OpSummary, Trace, engine_class
 
@@ -89,20 +90,38 @@ class Simulator:
         return self.trace
 
     # -- one program --------------------------------------------------------------------------
-    def feed(self, program: Program) -> OpSummary:
-        """Simulate one program after everything fed before; append its events and rollup."""
+    def feed(self, program: Program, *, lane: CollectiveLane | None = None) -> OpSummary:
+        """Simulate one program after everything fed before; append its events and rollup.
+
+        With ``lane``, the program is a collective: it runs on that lane once the compute fed
+        before it has finished, and compute fed after it does not wait for it
+        (``backend.sim.overlap``)."""
         self._host_ns += program.info.launch_overhead_ns
         start_ns = max(self._device_free_ns, self._host_ns)
+        if lane is not None:
+            start_ns = lane.start(start_ns)
         summary = replace(program.info, op_index=len(self.trace.ops), start_ns=start_ns, end_ns=start_ns,
                           busy_ns={}, instruction_counts={}, nodes=tuple(program.info.nodes))
         if program.instructions:
             self._check_capacity(program)
             summary.end_ns = self._schedule(program, start_ns, summary)
-        self._device_free_ns = max(self._device_free_ns, summary.end_ns)
+        if lane is None:
+            self._device_free_ns = max(self._device_free_ns, summary.end_ns)
+        else:
+            lane.free_ns = max(lane.free_ns, summary.end_ns)
         if program.sync:
             self._host_ns = max(self._host_ns, summary.end_ns)
         self.trace.add_op(summary)
         return summary
+
+    def wait(self, until_ns: float) -> OpSummary | None:
+        """The compute stream waits until ``until_ns`` (for a collective): a ``wait`` row spans the
+        time it idles, None when it need not wait."""
+        if until_ns <= self._device_free_ns:
+            return None
+        row = self.trace.add_wait(self._device_free_ns, until_ns)
+        self._device_free_ns = until_ns
+        return row
 
     def _check_capacity(self, program: Program) -> None:
         """A plan larger than SBUF or PSUM is a lowering bug: say so rather than time it silently."""

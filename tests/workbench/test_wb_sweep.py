@@ -47,6 +47,10 @@ def test_sweep_in_process_rows_per_point():
             "hbm_peak_bytes_per_rank"} <= set(frame.columns)
     # one chip all-reduces with nobody: the 16-chip point pays for the collective
     assert frame.iloc[1]["step_time_s"] > frame.iloc[0]["step_time_s"]
+    assert frame.iloc[3]["step_time_s"] > frame.iloc[2]["step_time_s"]      # NCCL's all_reduce on dgx-h100
+    assert list(frame["communication_time_s"] > 0) == [False, True, False, True]
+    # a synchronous all_reduce is waited for: all of it is exposed
+    assert (frame["exposed_communication_time_s"] == frame["communication_time_s"]).all()
 
 
 def test_sweep_trains_a_module_one_ddp_step():
@@ -55,6 +59,7 @@ def test_sweep_trains_a_module_one_ddp_step():
                      parallel=False, progress=False)
     assert len(frame) == 2 and (frame["step_time_s"] > 0).all()
     assert (frame["hbm_peak_bytes_per_rank"] > 0).all()
+    assert frame.iloc[1]["communication_time_s"] > 0 == frame.iloc[0]["communication_time_s"]
 
 
 @pytest.mark.slow          # a local Ray takes 10-40 s to start
