@@ -12,8 +12,9 @@ workers by default, on a cluster when ``address`` is given; ``ray`` comes with t
 extra (``pip install neuron-workbench[sweep]``).
 
 ``fn_or_model`` is either ``fn(**point)`` (it builds and runs the step itself: any keys of the
-grid reach it) or an ``nn.Module`` trained one step on ``inputs(batch)``, wrapped in
-``DistributedDataParallel`` when ``parallelism`` is ``"ddp"`` (``"none"`` leaves it alone).
+grid reach it) or an ``nn.Module`` trained on ``inputs(batch)`` (``batch`` per rank), wrapped in
+``DistributedDataParallel`` when ``parallelism`` is ``"ddp"`` (``"none"`` leaves it alone); a
+model's profile is its second step, as DDP builds its buckets in the first.
 """
 from __future__ import annotations
 
@@ -54,7 +55,9 @@ def _device_of(target: str) -> str:
     return {"gpu": "cuda"}.get(get_target(target).kind, "neuron")
 
 
-def _train_step(model: nn.Module, inputs: Callable, point: dict) -> None:
+def _training_step(model: nn.Module, inputs: Callable, point: dict, ddp_options: dict | None) -> Callable:
+    """The point's replica of ``model`` and a function running one training step of it, after one
+    warm-up step (DDP builds its gradient buckets in the first): the profile sees a steady step."""
     if point["parallelism"] not in _PARALLELISMS:
         raise ValueError(f"sweep(): a model runs with parallelism in {_PARALLELISMS}, got "
                          f"{point['parallelism']!r}; pass a function to sweep other plans")
@@ -62,28 +65,33 @@ def _train_step(model: nn.Module, inputs: Callable, point: dict) -> None:
     replica = copy.deepcopy(model).to(device)
     if point["parallelism"] == "ddp":
         from torch.nn.parallel import DistributedDataParallel
-        replica = DistributedDataParallel(replica)
+        replica = DistributedDataParallel(replica, **(ddp_options or {}))
     x = inputs(point["batch"]).to(device)
-    replica(x).float().mean().backward()
+
+    def step() -> None:
+        replica(x).float().mean().backward()
+    step()
+    return step
 
 
-def run_point(fn_or_model, point: dict, inputs: Callable | None = None) -> dict:
+def run_point(fn_or_model, point: dict, inputs: Callable | None = None, ddp_options: dict | None = None) -> dict:
     """Profile one grid point in this process (what each Ray task runs); returns its row."""
     import workbench as wb
     from workbench.distributed import fake_world
 
     point = {**POINT_DEFAULTS, **point}
     device = _device_of(point["target"])
+    if isinstance(fn_or_model, nn.Module) and inputs is None:
+        raise ValueError("sweep(): a model needs inputs=, a function batch -> input tensor")
     fake_world(int(point["chips"]), topology=point.get("topology", point["target"]))
     try:
         with wb.use_device(device, target=point["target"]):
-            with wb.profile(device=device, target=point["target"]) as prof:
-                if isinstance(fn_or_model, nn.Module):
-                    if inputs is None:
-                        raise ValueError("sweep(): a model needs inputs=, a function batch -> input tensor")
-                    _train_step(fn_or_model, inputs, point)
-                else:
-                    fn_or_model(**point)
+            if isinstance(fn_or_model, nn.Module):
+                step = _training_step(fn_or_model, inputs, point, ddp_options)
+            else:
+                step = lambda: fn_or_model(**point)     # noqa: E731
+            with wb.profile(device=device, target=point["target"], source=False) as prof:
+                step()
     finally:
         dist.destroy_process_group()
     summary = prof.summary
@@ -103,10 +111,12 @@ def _ray():
 
 
 def sweep(fn_or_model, grid: Mapping[str, Sequence], *, inputs: Callable | None = None,
-          address: str | None = None, num_cpus: int = 2, parallel: bool = True, progress: bool = True):
+          ddp_options: dict | None = None, address: str | None = None, num_cpus: int = 2,
+          parallel: bool = True, progress: bool = True):
     """Run every point of ``grid`` (target x chips x parallelism x batch, or any keys ``fn``
     takes) as a Ray task and return a DataFrame, one row per point in grid order.
 
+    ``ddp_options``: keyword arguments of ``DistributedDataParallel`` for a model (``bucket_cap_mb``).
     ``address``: a Ray cluster (``"ray://head:10001"`` or ``"auto"``); by default a local Ray
     with ``num_cpus`` workers is started (and shut down afterwards). An already initialised Ray
     is used as it is. ``parallel=False`` runs the points one after another in this process
@@ -120,7 +130,7 @@ def sweep(fn_or_model, grid: Mapping[str, Sequence], *, inputs: Callable | None 
         bar = _progress_bar(len(points), progress)
         rows = []
         for point in points:
-            rows.append(run_point(fn_or_model, point, inputs))
+            rows.append(run_point(fn_or_model, point, inputs, ddp_options))
             bar.update(1)
         bar.close()
         return pd.DataFrame.from_records(rows)
@@ -134,7 +144,7 @@ def sweep(fn_or_model, grid: Mapping[str, Sequence], *, inputs: Callable | None 
     try:
         task = ray.remote(run_point)
         model_ref = ray.put(fn_or_model)
-        pending = {task.remote(model_ref, point, inputs): i for i, point in enumerate(points)}
+        pending = {task.remote(model_ref, point, inputs, ddp_options): i for i, point in enumerate(points)}
         rows: list = [None] * len(points)
         bar = _progress_bar(len(points), progress)
         waiting = list(pending)

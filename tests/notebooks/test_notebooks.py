@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 WIDGET = "application/vnd.jupyter.widget-view+json"
 PLOTLY = "application/vnd.plotly.v1+json"
 EXPECTED = ("01_quickstart.ipynb", "02_eager_vs_compiled.ipynb", "03_cuda_to_neuron.ipynb",
-            "04_transformer_anatomy.ipynb", "05_hardware_what_ifs.ipynb", "06_migration_report.ipynb")
+            "04_transformer_anatomy.ipynb", "05_hardware_what_ifs.ipynb", "06_migration_report.ipynb",
+            "08_scaling_llama.ipynb")
 
 # Per notebook: (text that some output must contain, mime types some output must have).
 FACTS = {
@@ -31,6 +32,8 @@ FACTS = {
     "06_migration_report.ipynb": (["Migration report: Sequential (inference, batch 16) on trn2 vs h100",
                                    "fall back to the host (aten::_fft_r2c", "3x3 conv: 0 host fallback op(s)",
                                    "1 graph break(s)", "fits; largest batch that fits"], [WIDGET]),
+    "08_scaling_llama.ipynb": (["trn2-ultraserver", "dgx-h100", "of the step is exposed communication, speedup"],
+                               [PLOTLY]),
 }
 
 
