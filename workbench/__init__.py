@@ -51,6 +51,7 @@ _LAZY = {
     "migration_report_for": "workbench.migration",
     "cost": "workbench.pricing",
     "cost_table": "workbench.pricing",
+    "sweep": "workbench.sweep",
 }
 __all__ = ["__version__", "figures", *_LAZY]
 

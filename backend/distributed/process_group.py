@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from .dependencies import report_wait
 from .reporting import host_tensors, report_collective
 
 __all__ = ["NeuronProcessGroup", "DeviceWork"]
@@ -19,14 +20,19 @@ __all__ = ["NeuronProcessGroup", "DeviceWork"]
 
 class DeviceWork(dist.Work):
     """The exchange's Work, whose future yields the device tensors rather than their host ones
-    (DDP's reducer reads the reduced bucket from it). ``work`` is None when nothing was issued."""
+    (DDP's reducer reads the reduced bucket from it). ``work`` is None when nothing was issued.
+    ``collective``: the index of the collective's record, which ``wait()`` makes the simulated
+    compute stream wait for (None when it was not recorded)."""
 
-    def __init__(self, work, outputs: list):
+    def __init__(self, work, outputs: list, collective: int | None = None):
         super().__init__()
         self._work = work
         self._outputs = outputs
+        self._collective = collective
 
     def wait(self, timeout=None) -> bool:
+        report_wait((self._collective,))
+        self._collective = None         # a second wait() waits for nothing more
         if self._work is not None:
             self._work.wait() if timeout is None else self._work.wait(timeout)
         return True
@@ -76,9 +82,10 @@ class NeuronProcessGroup(dist.ProcessGroup):
         """Report, then issue ``issue(host inputs, host outputs)``; a Work that yields ``outputs``."""
         host_in, in_device = host_tensors(inputs)
         host_out, out_device = host_tensors(outputs)
+        index = None
         if in_device or out_device:
-            report_collective(collective, nbytes, self.size(), self.topology, inputs=host_in, outputs=host_out)
-        return DeviceWork(issue(host_in, host_out), list(outputs))
+            index = report_collective(collective, nbytes, self.size(), self.topology, inputs=host_in, outputs=host_out)
+        return DeviceWork(issue(host_in, host_out), list(outputs), index)
 
     # -- the collectives ------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -138,6 +145,6 @@ class NeuronProcessGroup(dist.ProcessGroup):
         opts = opts or dist.BarrierOptions()
         # A barrier moves no data; it still occupies the lane, so it is reported like a collective
         # whenever someone is recording.
-        report_collective("barrier", 0, self.size(), self.topology)
-        return self._exchange.barrier(opts)
+        index = report_collective("barrier", 0, self.size(), self.topology)
+        return DeviceWork(self._exchange.barrier(opts), [], index)
 

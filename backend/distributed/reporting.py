@@ -13,6 +13,8 @@ import torch
 from backend.recording import SIMULATED_DEVICE_TYPES, STREAM, active_sinks, tensor_desc
 from backend.sim.descriptors import OpRecord
 
+from .dependencies import track_buffers
+
 __all__ = ["report_collective", "host_tensors"]
 
 
@@ -31,15 +33,18 @@ def host_tensors(tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], b
 
 def report_collective(collective: str, nbytes: int, ranks: int, topology: str, *,
                       inputs: Sequence[torch.Tensor] = (), outputs: Sequence[torch.Tensor] = (),
-                      algorithm: str = "auto") -> None:
-    """Feed the record of one collective (host tensors in ``inputs`` / ``outputs``) to every sink."""
+                      algorithm: str = "auto") -> int | None:
+    """Feed the record of one collective (host tensors in ``inputs`` / ``outputs``) to every sink;
+    returns the record's index (what waits for it names), None when nobody records."""
     sinks = active_sinks()
     if not sinks:
-        return
+        return None
     record = OpRecord(
         index=next(STREAM.counter), name=f"collective::{collective}",
         inputs=tuple(tensor_desc(t) for t in inputs), outputs=tuple(tensor_desc(t) for t in outputs),
         attrs={"collective": collective, "nbytes": int(nbytes), "ranks": int(ranks),
                "topology": topology, "algorithm": algorithm})
+    track_buffers(record.index, (*inputs, *outputs))
     for sink, _with_source in sinks:
         sink.feed(record)
+    return record.index

@@ -6,12 +6,29 @@ from collections.abc import Iterable
 from backend.lowering.eager import lower
 from backend.sim.descriptors import OpRecord
 from backend.sim.ir import Program
+from backend.sim.overlap import WAIT_OP, WAITS_FOR, CollectiveLane, is_collective
 from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
 from backend.sim.schedule_cache import SCHEDULES, record_key
-from backend.sim.scheduler import Simulator
+from backend.sim.scheduler import Schedule, Simulator
 from backend.sim.trace import OpSummary, Trace
 
-__all__ = ["EagerSession", "simulate", "replay"]
+__all__ = ["EagerSession", "simulate", "replay", "feed_record"]
+
+
+def feed_record(sim: Simulator, lane: CollectiveLane, record: OpRecord, program: Program | None,
+                schedule: Schedule | None = None) -> None:
+    """Run one eager record's lowered ``program`` (and its cached ``schedule``, if any): after the
+    collectives it waits for, and on the collectives lane if it is one (``backend.sim.overlap``).
+    A ``collective::wait`` has no program."""
+    waits = record.attrs.get(WAITS_FOR)
+    if waits:
+        sim.wait(lane.until(waits))
+    if record.name == WAIT_OP:
+        return
+    if is_collective(record.name):
+        lane.finish(record.index, sim.feed(program, schedule, lane=lane, source=record.source).end_ns)
+    else:
+        sim.feed(program, schedule, source=record.source)
 
 
 class EagerSession:
@@ -29,20 +46,23 @@ class EagerSession:
                  keep_workload: bool = False):
         self.target = get_target(target)
         self._sim = Simulator(self.target, max_events=max_events)
+        self._lane = CollectiveLane()
         self.workload: list[OpRecord | Program] | None = [] if keep_workload else None
         self._seen = SCHEDULES.entries(self.target)
 
     def feed(self, record: OpRecord) -> None:
         if self.workload is not None:
             self.workload.append(record)
+        if record.name == WAIT_OP:
+            feed_record(self._sim, self._lane, record, None)
+            return
         key = record_key(record)
         seen = SCHEDULES.get(self._seen, key)
         if seen is None:
             program = lower(record, self.target)
             seen = (program, self._sim.schedule(program) if program.instructions else None)
             SCHEDULES.put(self._seen, key, *seen)
-        program, schedule = seen
-        self._sim.feed(program, schedule, source=record.source)
+        feed_record(self._sim, self._lane, record, *seen)
 
     def feed_program(self, program: Program) -> OpSummary:
         if self.workload is not None:
@@ -59,6 +79,7 @@ class EagerSession:
 
     def reset(self) -> None:
         self._sim.reset()
+        self._lane = CollectiveLane()
         if self.workload is not None:
             self.workload.clear()
 
@@ -76,13 +97,17 @@ def replay(workload: Iterable[OpRecord | Program], target: str | NeuronConfig = 
     assumptions apply); compiled kernels keep their lowered program and are re-costed. Records
     that differ only in position (a loop's ops) share one lowered program."""
     sim = Simulator(get_target(target), max_events=0)
+    lane = CollectiveLane()
     programs: dict = {}
     for item in workload:
-        if isinstance(item, OpRecord):
+        if not isinstance(item, OpRecord):
+            sim.feed(item)
+            continue
+        program = None
+        if item.name != WAIT_OP:
             key = record_key(item)
             program = programs.get(key)
             if program is None:
                 program = programs[key] = lower(item, sim.target)
-            item = program
-        sim.feed(item)
+        feed_record(sim, lane, item, program)
     return sim.trace.total_time_ns

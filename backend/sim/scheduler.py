@@ -39,6 +39,7 @@ import backend.sim.assumptions as assumptions
 
 from backend.sim.costs import instruction_ns
 from backend.sim.ir import COMPUTE_ENGINES, Program
+from backend.sim.overlap import CollectiveLane
 from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
 from backend.sim.trace import TRAFFIC_FIELDS, OpSummary, Trace, engine_class
 
@@ -151,15 +152,20 @@ class Simulator:
         return self.trace
 
     # -- one program --------------------------------------------------------------------------
-    def feed(self, program: Program, schedule: Schedule | None = None, **info) -> OpSummary:
+    def feed(self, program: Program, schedule: Schedule | None = None, *,
+             lane: CollectiveLane | None = None, **info) -> OpSummary:
         """Simulate one program after everything fed before; append its events and rollup.
 
         ``schedule``: the program's ``schedule(program)`` computed earlier (an op seen before),
         reused instead of scheduling again. ``info`` overrides fields of the program's rollup
-        that differ between equal programs (``source``).
+        that differ between equal programs (``source``). With ``lane``, the program is a
+        collective: it runs on that lane once the compute fed before it has finished, and compute
+        fed after it does not wait for it (``backend.sim.overlap``).
         """
         self._host_ns += program.info.launch_overhead_ns
         start_ns = max(self._device_free_ns, self._host_ns)
+        if lane is not None:
+            start_ns = lane.start(start_ns)
         summary = _copy_summary(program.info)
         summary.op_index, summary.start_ns, summary.end_ns = len(self.trace.ops), start_ns, start_ns
         summary.busy_ns, summary.instruction_counts, summary.nodes = {}, {}, tuple(summary.nodes)
@@ -177,8 +183,13 @@ class Simulator:
                     schedule = self.schedule(program)
                 lines = issuers = None       # only a kernel's timelines are shared (with the next kernel)
                 self._apply(schedule, start_ns, summary)
-            self._last_dma = _DmaState(program.info.kind, start_ns, program.info.sbuf_peak_bytes, lines, issuers)
-        self._device_free_ns = max(self._device_free_ns, summary.end_ns)
+            if lane is None:             # a collective on its lane leaves compute's DMA state alone
+                self._last_dma = _DmaState(program.info.kind, start_ns, program.info.sbuf_peak_bytes,
+                                           lines, issuers)
+        if lane is None:
+            self._device_free_ns = max(self._device_free_ns, summary.end_ns)
+        else:
+            lane.free_ns = max(lane.free_ns, summary.end_ns)
         if program.sync:
             self._host_ns = max(self._host_ns, summary.end_ns)
         self.trace.add_op(summary)
@@ -203,6 +214,15 @@ class Simulator:
         summary.instruction_counts = dict(schedule.instruction_counts)
         summary.instruction_count = schedule.instruction_count
         summary.end_ns = start_ns + schedule.end_ns
+
+    def wait(self, until_ns: float) -> OpSummary | None:
+        """The compute stream waits until ``until_ns`` (for a collective): a ``wait`` row spans the
+        time it idles, None when it need not wait."""
+        if until_ns <= self._device_free_ns:
+            return None
+        row = self.trace.add_wait(self._device_free_ns, until_ns)
+        self._device_free_ns = until_ns
+        return row
 
     def _check_capacity(self, program: Program) -> None:
         """A plan larger than SBUF or PSUM is a lowering bug: say so rather than time it silently."""

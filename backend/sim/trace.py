@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 
+from backend.sim.overlap import WAIT_KIND, WAIT_OP, communication_breakdown
+
 __all__ = ["InstructionEvent", "OpSummary", "Trace", "merge_traces", "engine_class", "ENGINE_CLASSES",
            "TRAFFIC_FIELDS"]
 
@@ -203,6 +205,12 @@ class Trace:
             row.absorb(summary)
         return summary
 
+    def add_wait(self, start_ns: float, end_ns: float) -> OpSummary:
+        """A row of the compute stream waiting for a collective (exposed communication); it
+        stands for no op (``count`` 0)."""
+        return self.add_op(OpSummary(op_index=len(self.ops), name=WAIT_OP, kind=WAIT_KIND,
+                                     start_ns=start_ns, end_ns=end_ns, count=0))
+
     # -- reading --------------------------------------------------------------------------
     @property
     def total_time_ns(self) -> float:
@@ -276,6 +284,7 @@ class Trace:
         }
         for cls in ENGINE_CLASSES:
             out[f"{cls}_instruction_count"] = counts.get(cls, 0)
+        out.update({key[:-3]: ns * 1e-9 for key, ns in communication_breakdown(self.ops).items()})
         return out
 
     def to_records(self) -> list[dict]:

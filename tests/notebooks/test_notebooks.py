@@ -17,7 +17,7 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 PLOTLY = "application/vnd.plotly.v1+json"
 EXPECTED = ("01_quickstart.ipynb", "02_eager_vs_compiled.ipynb", "03_cuda_to_neuron.ipynb",
             "04_transformer_anatomy.ipynb", "05_hardware_what_ifs.ipynb", "06_migration_report.ipynb",
-            "07_llama_from_a_laptop.ipynb")
+            "07_llama_from_a_laptop.ipynb", "08_scaling_llama.ipynb")
 
 # Per notebook: (text that some output must contain, mime types some output must have).
 FACTS = {
@@ -35,6 +35,8 @@ FACTS = {
     "07_llama_from_a_laptop.ipynb": (["timing-only: shapes, no values", "OutOfMemoryError: neuron out of memory",
                                       "12.00 GiB", "in bf16 on trn2-96GiB", "32 layers (scaled)",
                                       "tokens/s on one core", "compiled", "timing-only now: False"], []),
+    "08_scaling_llama.ipynb": (["trn2-ultraserver", "dgx-h100", "of the step is exposed communication, speedup"],
+                               [PLOTLY]),
 }
 
 
