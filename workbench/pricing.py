@@ -53,11 +53,12 @@ def cost_table(profiles, *, tokens_per_step: float = 1.0, steps: int = 1, instan
     return pd.DataFrame(rows)
 
 
-def cost_columns(step_time_s: float, target: str | None, items_per_step: float | None = None) -> dict:
+def cost_columns(step_time_s: float, target: str | None, items_per_step: float | None = None,
+                 unit: str = "tokens") -> dict:
     """The :data:`COST_COLUMNS` of one comparison row: a step of ``step_time_s`` on one device of
-    the instance holding ``target``; ``items_per_step`` tokens (or samples) per step, or None to
-    count steps (then "per 1M" is per million steps)."""
-    items, unit = (float(items_per_step), "tokens") if items_per_step else (1.0, "steps")
+    the instance holding ``target``; ``items_per_step`` tokens (or samples: ``unit``) per step, or
+    None to count steps (then "per 1M" is per million steps)."""
+    items, unit = (float(items_per_step), unit) if items_per_step else (1.0, "steps")
     nan = float("nan")
     try:
         est = estimate(step_time_s, items, price(target)) if target else None

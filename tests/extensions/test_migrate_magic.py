@@ -31,7 +31,7 @@ def test_a_tiny_mlp_gets_a_full_report(small):
     report = small.run_line_magic("neuron_migrate", "model x -o -q --batch-sizes 8,16,32")
     assert isinstance(report, MigrationReport)
     assert (report.model_name, report.target, report.baseline, report.training) == ("Sequential", "trn2", "h100", True)
-    assert [line.split(":")[0] for line in report.findings[:3]] == ["op coverage", "numerics", "compile"]
+    assert [line.split(":")[0] for line in report.findings[:4]] == ["price", "op coverage", "numerics", "compile"]
     assert any(line.startswith("memory: batch 8 needs") for line in report.findings)
     assert {"aten::addmm", "aten::gelu"} <= set(report.coverage["op"])
     assert "optimizer" in ",".join(report.coverage["phases"])            # a training step: Adam ran
