@@ -29,9 +29,11 @@ class MigrateMagics(Magics):
     @magic_arguments.argument("inputs", help="name of its example inputs: a tensor, a tuple of arguments or a "
                               "dict of keyword arguments (dim 0 of the first tensor is the batch)")
     @magic_arguments.argument("-t", "--target", default=DEFAULT_NEURON_TARGET, choices=[*_KNOWN["neuron"], *_QUALIFIED],
-                              help="NeuronCore to move to, or device:preset (tpu:v6e) (default: %(default)s)")
+                              metavar="TARGET", help=f"NeuronCore to move to ({', '.join(_KNOWN['neuron'])}), or "
+                              "device:preset such as tpu:v6e (default: %(default)s)")
     @magic_arguments.argument("-b", "--baseline", default=DEFAULT_GPU_TARGET, choices=[*_KNOWN["cuda"], *_QUALIFIED],
-                              help="GPU to compare with, or device:preset (tpu:v6e) (default: %(default)s)")
+                              metavar="BASELINE", help=f"GPU to compare with ({', '.join(_KNOWN['cuda'])}), or "
+                              "device:preset such as tpu:v6e (default: %(default)s)")
     @magic_arguments.argument("--inference", action="store_true",
                               help="forward only (default: a training step: forward, backward, Adam)")
     @magic_arguments.argument("--batch-sizes", type=parse_batch_sizes, metavar="B,B,...",

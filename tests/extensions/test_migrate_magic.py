@@ -8,7 +8,7 @@ from ext_display import outputs
 from workbench.devices import DeviceState, active_device
 from workbench.migration import MigrationReport
 
-USAGE = "%neuron_migrate [-t {trn1,trn2,trn3}] [-b {a100,h100,h200}]"
+USAGE = "%neuron_migrate [-t TARGET] [-b BASELINE]"
 FAST = "-o -q --no-compile"
 
 
@@ -49,6 +49,7 @@ def test_a_tiny_mlp_gets_a_full_report(small):
                      compile=True)),
     ("model x -t trn1 -b a100", dict(target="trn1", baseline="a100")),
     ("model x --target trn3 --baseline h200", dict(target="trn3", baseline="h200")),
+    ("model x -t tpu:v6e -b neuron:trn1", dict(target="tpu:v6e", baseline="neuron:trn1")),
     ("model x --inference", dict(training=False)),
     ("model x --batch-sizes 8,16,32", dict(batch_sizes=[8, 16, 32])),
     ("model x --threshold 0.005", dict(drift_threshold=0.005)),
