@@ -35,7 +35,7 @@ class DeviceMagics(Magics):
     @magic_arguments.argument("device", nargs="?", choices=DEVICES,
                               help="run model code on this device from now on; omit to show the active one")
     @magic_arguments.argument("-t", "--target", help=f"hardware to simulate ({TARGETS_HELP}); "
-                              "default trn2 for neuron, h100 for cuda")
+                              "default trn2 for neuron, h100 for cuda, v6e for tpu")
     @magic_arguments.argument("--redirect", action="store_true",
                               help="cuda only: run CUDA-written code on the simulated NeuronCore")
     @magic_arguments.argument("--timing-only", action="store_true",
@@ -50,7 +50,9 @@ class DeviceMagics(Magics):
         ``%neuron_device neuron --target trn1`` makes new tensors and modules land on the simulated
         NeuronCore; ``%neuron_device cuda --target h100`` turns CUDA emulation on, so code that
         says ``.cuda()`` runs on an emulated H100 (``--redirect``: on the NeuronCore instead);
-        ``--timing-only`` makes tensors and modules made from now on hold shapes but no values
+        ``%neuron_device tpu --target v6e`` runs model code on the ``neuron`` device (values as on
+        CPU) and times profiles with the TPU cost model, on the compiled (XLA whole-graph) path TPUs
+        use. ``--timing-only`` makes tensors and modules made from now on hold shapes but no values
         (same simulated time, host memory does not grow with the model; switching again leaves it);
         ``%neuron_device cpu`` puts torch back exactly as it was. ``--move model,x`` moves those
         objects of the notebook to the device as well (objects made earlier keep their device

@@ -15,6 +15,8 @@ from workbench.migration.run import batch_size, call_args
 __all__ = ["MigrateMagics"]
 
 _KNOWN = available()
+# bare names of the role's own device, or device:preset for any simulated device (tpu:v6e)
+_QUALIFIED = [f"{d}:{t}" for d in ("neuron", "cuda", "tpu") for t in _KNOWN[d]]
 
 
 @magics_class
@@ -26,10 +28,12 @@ class MigrateMagics(Magics):
     @magic_arguments.argument("model", help="name of the nn.Module in the notebook")
     @magic_arguments.argument("inputs", help="name of its example inputs: a tensor, a tuple of arguments or a "
                               "dict of keyword arguments (dim 0 of the first tensor is the batch)")
-    @magic_arguments.argument("-t", "--target", default=DEFAULT_NEURON_TARGET, choices=_KNOWN["neuron"],
-                              help="NeuronCore to move to (default: %(default)s)")
-    @magic_arguments.argument("-b", "--baseline", default=DEFAULT_GPU_TARGET, choices=_KNOWN["cuda"],
-                              help="GPU to compare with (default: %(default)s)")
+    @magic_arguments.argument("-t", "--target", default=DEFAULT_NEURON_TARGET, choices=[*_KNOWN["neuron"], *_QUALIFIED],
+                              metavar="TARGET", help=f"NeuronCore to move to ({', '.join(_KNOWN['neuron'])}), or "
+                              "device:preset such as tpu:v6e (default: %(default)s)")
+    @magic_arguments.argument("-b", "--baseline", default=DEFAULT_GPU_TARGET, choices=[*_KNOWN["cuda"], *_QUALIFIED],
+                              metavar="BASELINE", help=f"GPU to compare with ({', '.join(_KNOWN['cuda'])}), or "
+                              "device:preset such as tpu:v6e (default: %(default)s)")
     @magic_arguments.argument("--inference", action="store_true",
                               help="forward only (default: a training step: forward, backward, Adam)")
     @magic_arguments.argument("--batch-sizes", type=parse_batch_sizes, metavar="B,B,...",

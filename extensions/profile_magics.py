@@ -11,7 +11,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from extensions.common import parse, show_profile, split_list, usage_error
 from extensions.device_magics import TARGETS_HELP
 from extensions.namespace import compiled, names_on, names_used, placed
-from workbench.comparison import Comparison, compare
+from workbench.comparison import Comparison, compare, split_device
 from workbench.devices import DEVICES, active_device, available, use_device
 from workbench.session import SIMULATED_DEVICES, profile
 
@@ -32,7 +32,11 @@ class ProfileMagics(Magics):
     @magic_arguments.argument("--compile-modules", metavar="NAMES",
                               help="compile only these modules (comma-separated names); implies --compile")
     @magic_arguments.argument("--compare", metavar="DEVICES",
-                              help=f"run the cell once per device ({','.join(DEVICES)}) and show them side by side")
+                              help=f"run the cell once per device ({','.join(DEVICES)}; device:target pins a "
+                              "target, e.g. cpu,cuda:h100,neuron:trn2,tpu:v6e) and show them side by side")
+    @magic_arguments.argument("--tokens", type=float, metavar="N",
+                              help="tokens (or samples) one run of the cell processes: --compare then prices "
+                              "them (USD per 1M, per USD) instead of per step")
     @magic_arguments.argument("--timing-only", action="store_true",
                               help="tensors the cell makes hold shapes but no values (default: as the active device)")
     @magic_arguments.argument("-o", dest="output", action="store_true",
@@ -58,9 +62,12 @@ class ProfileMagics(Magics):
         all). Modules the cell reaches other than by name (in a list, as an attribute) run eager.
 
         ``--compare cpu,cuda,neuron`` runs the cell once per device and shows a table and chart
-        (cpu: measured host wall time; the others: simulated time). ``--timing-only`` runs the
-        cell in timing-only mode (tensors without values; on by default when the active device is
-        in that mode, which a switch for the run keeps). ``-o`` returns the Profile
+        (cpu: measured host wall time; the others: simulated time), with what a step costs on the
+        instance holding each target (``--tokens N``: per 1M tokens and tokens per USD too).
+        ``device:target`` pins a target (``--compare cpu,cuda:h100,neuron:trn2,tpu:v6e``); a TPU
+        runs the cell on ``neuron`` timed by the TPU cost model (compiled path). ``--timing-only`` runs
+        the cell in timing-only mode (tensors without values; on by default when the active device
+        is in that mode, which a switch for the run keeps). ``-o`` returns the Profile
         (or the Comparison); ``-q`` displays nothing.
         """
         args = parse(self.neuron_profile, line)
@@ -128,16 +135,19 @@ class ProfileMagics(Magics):
             return profile(run, device=device, target=target, timing_only=args.timing_only)
 
     def _compare(self, args, run, used, to_compile) -> Comparison:
-        devices = split_list(self.neuron_profile, args.compare, DEVICES, "device")
         known = available()
+        named = split_list(self.neuron_profile, args.compare, [*DEVICES, *(f"{d}:{t}" for d in known for t in known[d])],
+                           "device")
+        devices = [split_device(n)[0] for n in named]
         targets = split_list(self.neuron_profile, args.target, [t for d in devices for t in known[d]], "target") or None
         following = self._following(used)
         parts = []
-        for device in devices:
+        for device, name in zip(devices, named):
             with contextlib.ExitStack() as stack:
                 timing_only = args.timing_only and device != "cpu"
-                self._scope(stack, device, None, following, to_compile, timing_only)
-                parts.append(compare(run, devices=[device], targets=targets, timing_only=timing_only))
+                self._scope(stack, device, split_device(name)[1], following, to_compile, timing_only)
+                parts.append(compare(run, devices=[name], targets=targets, tokens_per_step=args.tokens,
+                                     timing_only=timing_only))
         return Comparison(pd.concat([p.frame for p in parts], ignore_index=True),
                           {k: v for p in parts for k, v in p.profiles.items()},
                           {k: v for p in parts for k, v in p.results.items()})

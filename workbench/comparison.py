@@ -5,6 +5,7 @@ its time is the measured host wall time (median of a few runs), and the table sa
 """
 from __future__ import annotations
 
+import html
 import inspect
 import logging
 import statistics
@@ -14,17 +15,20 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from workbench.format import fmt_bytes, fmt_time_s
+from backend.sim.tpu import COMPILED_PATH_NOTE as TPU_NOTE
+from workbench.format import fmt_bytes, fmt_time_s, fmt_usd
+from workbench.devices import HOST_DEVICE, available as devices_available
 from workbench.html_parts import html_table
+from workbench.pricing import COST_COLUMNS, cost_columns
 from workbench.session import (DEFAULT_TARGETS, SIMULATED_DEVICES, compiled_graphs, default_device,
                                ensure_compile_backend, profile)
 
-__all__ = ["compare", "Comparison", "COMPARISON_COLUMNS"]
+__all__ = ["compare", "Comparison", "COMPARISON_COLUMNS", "split_device"]
 
 log = logging.getLogger(__name__)
 
 COMPARISON_COLUMNS = ("label", "device", "target", "compiled", "time_s", "time_kind", "hbm_bytes",
-                      "mfu_percent", "op_count", "launch_count", "fallback_count", "wall_time_s")
+                      "mfu_percent", "op_count", "launch_count", "fallback_count", "wall_time_s", *COST_COLUMNS)
 _CPU_RUNS = 3
 
 
@@ -40,6 +44,11 @@ class Comparison:
         from workbench.figures import comparison_figure
         return comparison_figure(self.frame)
 
+    def cost_figure(self):
+        """Time, MFU and cost per 1M tokens (or steps) of the simulated rows, side by side."""
+        from workbench.figures import price_performance_figure
+        return price_performance_figure(self.frame)
+
     def eager_vs_compiled(self, device: str = "neuron"):
         """Engine time, HBM traffic and launches of ``device``'s eager and compiled profiles."""
         from workbench.figures import profiles_figure
@@ -51,6 +60,7 @@ class Comparison:
         from IPython.display import display
         display(self)
         display(self.figure())
+        display(self.cost_figure())
 
     def __repr__(self) -> str:
         runs = ", ".join(f"{r.label}: {r.time_s:.3g} s" for r in self.frame.itertuples())
@@ -60,10 +70,15 @@ class Comparison:
         def kind(time_kind: str) -> str:
             return "simulated" if time_kind == "simulated" else "measured host wall time"
 
+        unit = self.frame["items_unit"].iloc[0] if len(self.frame) else "steps"
         rows = [(r.label, f"{fmt_time_s(r.time_s)} ({kind(r.time_kind)})",
-                 fmt_bytes(r.hbm_bytes), f"{r.mfu_percent:.1f} %", r.op_count, r.fallback_count)
+                 fmt_bytes(r.hbm_bytes), f"{r.mfu_percent:.1f} %", r.op_count, r.fallback_count,
+                 fmt_usd(r.usd_per_step), fmt_usd(r.usd_per_1m_items), f"{r.items_per_usd:,.4g}")
                 for r in self.frame.itertuples()]
-        return html_table(rows, ("", "time", "HBM traffic", "MFU", "ops", "fallbacks"), row_headers=True)
+        table = html_table(rows, ("", "time", "HBM traffic", "MFU", "ops", "fallbacks", "USD / step",
+                                  f"USD / 1M {unit}", f"{unit} / USD"), row_headers=True)
+        notes = sorted({TPU_NOTE for d in self.frame["device"] if d == "tpu"})
+        return table + "".join(f"<p><small>{html.escape(n)}</small></p>" for n in notes)
 
 
 def _takes_device(fn: Callable) -> bool:
@@ -84,9 +99,16 @@ def _targets_for(device: str, targets) -> list:
     if isinstance(targets, Mapping):
         chosen = targets.get(device, DEFAULT_TARGETS[device])
         return [chosen] if isinstance(chosen, str) else list(chosen)
-    # A plain list of names: NeuronCore presets are trn*/inf*, the rest are GPUs.
-    mine = [t for t in targets if (t.startswith(("trn", "inf")) == (device == "neuron"))]
+    # A plain list of names: each goes to the device whose presets know it.
+    known = devices_available().get(device, [])
+    mine = [t for t in targets if t in known]
     return mine or [DEFAULT_TARGETS[device]]
+
+
+def split_device(name: str) -> tuple[str, str | None]:
+    """``"tpu:v6e"`` -> ("tpu", "v6e"); ``"cuda"`` -> ("cuda", None): a device with a pinned target."""
+    device, _, target = str(name).partition(":")
+    return device, (target or None)
 
 
 def _compiled(fn: Callable, device: str, backend: str | None) -> Callable:
@@ -96,21 +118,27 @@ def _compiled(fn: Callable, device: str, backend: str | None) -> Callable:
     return torch.compile(fn, backend=backend)
 
 
-def _row(label, device, target, compiled, time_s, kind, prof=None, wall=0.0) -> dict:
+def _row(label, device, target, compiled, time_s, kind, prof=None, wall=0.0, items_per_step=None) -> dict:
     s = prof.summary if prof is not None else {}
+    priced = cost_columns(time_s, target if kind == "simulated" else None, items_per_step)
     return {"label": label, "device": device, "target": target or "", "compiled": compiled, "time_s": time_s,
             "time_kind": kind, "hbm_bytes": s.get("hbm_read_bytes", 0) + s.get("hbm_write_bytes", 0),
             "mfu_percent": s.get("mfu_estimated_percent", 0.0), "op_count": s.get("op_count", 0),
             "launch_count": s.get("launch_count", s.get("op_count", 0)),
-            "fallback_count": s.get("fallback_count", 0), "wall_time_s": wall}
+            "fallback_count": s.get("fallback_count", 0), "wall_time_s": wall, **priced}
 
 
 def compare(fn: Callable, devices: Sequence[str] = ("cpu", "cuda", "neuron"), compile: Sequence[bool] = (False,),
-            targets=None, *, backend: str | None = None, timing_only: bool = False) -> Comparison:
+            targets=None, *, backend: str | None = None, tokens_per_step: float | None = None,
+            timing_only: bool = False) -> Comparison:
     """Run ``fn`` per device, target and compile mode; ``fn(device)`` if it takes an argument.
 
     ``targets``: None (trn2 / h100), a mapping ``{"neuron": "trn1" or [...], "cuda": ...}``, or a
-    list of preset names. ``backend`` overrides the torch.compile backend (default "neuron" on
+    list of preset names; a device named ``"tpu:v6e"`` (``"cuda:h100"``, ...) pins its target.
+    TPU rows run on ``neuron`` and are timed on the compiled (XLA) path. ``tokens_per_step``
+    (tokens or samples one call processes) turns the cost columns (``usd_per_step``, from the
+    instance prices of ``backend.sim.pricing``) into USD per 1M tokens and tokens per USD;
+    without it they count steps. ``backend`` overrides the torch.compile backend (default "neuron" on
     simulated devices, "inductor" on cpu). ``timing_only``: tensors made while ``fn`` runs hold
     shapes but no values (simulated devices only: the cpu row measures computing them).
     """
@@ -119,13 +147,15 @@ def compare(fn: Callable, devices: Sequence[str] = ("cpu", "cuda", "neuron"), co
                          "wall time computing values; pass devices=('neuron', 'cuda')")
     with_device = _takes_device(fn)
     rows, profiles, results = [], {}, {}
-    for device in devices:
-        for target in _targets_for(device, targets):
+    for named in devices:
+        device, pinned = split_device(named)
+        for target in ([pinned] if pinned else _targets_for(device, targets)):
             for compiled in compile:
                 target_name = getattr(target, "name", target)   # a preset name or a derived config
                 label = " ".join(x for x in (device, target_name, "compiled" if compiled else "") if x)
                 run = _compiled(fn, device, backend) if compiled else fn
-                call = (lambda run=run, device=device: run(device)) if with_device else run
+                # fn gets the torch device its tensors go to (a TPU's model runs on neuron)
+                call = (lambda run=run, at=HOST_DEVICE.get(device, device): run(at)) if with_device else run
                 with default_device(device, target, timing_only=timing_only):
                     graphs_before = len(compiled_graphs())
                     if compiled:
@@ -136,7 +166,7 @@ def compare(fn: Callable, devices: Sequence[str] = ("cpu", "cuda", "neuron"), co
                         prof.meta["compiled"] = bool(compiled)
                         profiles[label], results[label] = prof, prof.result
                         rows.append(_row(label, device, target_name, bool(compiled), prof.summary["total_time"],
-                                         "simulated", prof, prof.meta["wall_time_s"]))
+                                         "simulated", prof, prof.meta["wall_time_s"], tokens_per_step))
                         continue
                     walls = []
                     for _ in range(_CPU_RUNS):
@@ -145,6 +175,7 @@ def compare(fn: Callable, devices: Sequence[str] = ("cpu", "cuda", "neuron"), co
                         walls.append(time.perf_counter() - start)
                 wall = statistics.median(walls)
                 profiles[label] = None
-                rows.append(_row(label, device, target_name, bool(compiled), wall, "measured host wall time", wall=wall))
+                rows.append(_row(label, device, target_name, bool(compiled), wall, "measured host wall time", wall=wall,
+                                 items_per_step=tokens_per_step))
                 log.info("%s: %.3g s measured host wall time (no simulator on %s)", label, wall, device)
     return Comparison(pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS)), profiles, results)

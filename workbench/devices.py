@@ -1,10 +1,12 @@
-"""Which device unchanged model code runs on: CPU, the simulated NeuronCore, or emulated CUDA.
+"""Which device unchanged model code runs on: CPU, the simulated NeuronCore, emulated CUDA or a TPU.
 
 ``set_device("neuron", target="trn2")`` makes new tensors and modules land on ``neuron`` (the
 default device); ``set_device("cuda", target="h100")`` turns CUDA emulation on so CUDA-written
 code runs unmodified (``redirect=True`` runs it on ``neuron`` instead); ``set_device("cpu")``
-restores torch as it was. ``use_device(...)`` does the same for a block. ``timing_only=True``
-makes new device tensors hold shapes but no values (``torch.neuron.timing_only()``).
+restores torch as it was. ``set_device("tpu", target="v6e")`` runs the model on the ``neuron``
+device (values as on CPU) and makes profiles default to the TPU cost model (compiled XLA path).
+``use_device(...)`` does the same for a block. ``timing_only=True`` makes new device tensors
+hold shapes but no values (``torch.neuron.timing_only()``).
 """
 from __future__ import annotations
 
@@ -13,23 +15,31 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET
+from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET, DEFAULT_TPU_TARGET
 
-__all__ = ["DEVICES", "DeviceState", "DeviceSelection", "SELECTION", "set_device", "use_device", "active_device", "move", "available"]
+__all__ = ["DEVICES", "HOST_DEVICE", "DeviceState", "DeviceSelection", "SELECTION", "set_device", "use_device",
+           "active_device", "move", "available"]
 
-DEVICES = ("cpu", "neuron", "cuda")
+DEVICES = ("cpu", "neuron", "cuda", "tpu")
+# Cost models without a PyTorch device of their own run the model on this device.
+HOST_DEVICE = {"tpu": "neuron"}
 
 
 @dataclass(frozen=True)
 class DeviceState:
     device: str = "cpu"
-    target: str | None = None      # trn1/trn2/trn3 for neuron, a100/h100/h200 for cuda
+    target: str | None = None      # trn1/trn2/trn3 for neuron, a100/h100/h200 for cuda, v5e/v5p/v6e for tpu
     redirect: bool = False         # cuda code running on neuron
     timing_only: bool = False      # new device tensors hold shapes, not values
 
     @property
     def torch_device(self) -> torch.device:
-        return torch.device("cpu" if self.device == "cpu" else f"{self.device}:0")
+        return torch.device("cpu" if self.device == "cpu" else f"{self.runs_on}:0")
+
+    @property
+    def runs_on(self) -> str:
+        """The PyTorch device the model's tensors live on (a TPU's: ``neuron``)."""
+        return HOST_DEVICE.get(self.device, self.device)
 
     def status_line(self) -> str:
         if self.device == "cpu":
@@ -37,6 +47,9 @@ class DeviceState:
         mode = ", timing-only: shapes, no values" if self.timing_only else ""
         if self.device == "neuron":
             return f"neuron:0 (simulated {self.target} NeuronCore{mode})"
+        if self.device == "tpu":
+            from backend.sim.tpu import COMPILED_PATH_NOTE
+            return f"neuron:0 timed as a TPU {self.target} ({COMPILED_PATH_NOTE}{mode})"
         where = "redirected to the neuron device" if self.redirect else f"emulated {self.target} GPU"
         return f"cuda:0 ({where}{mode})"
 
@@ -67,8 +80,9 @@ def available() -> dict:
     """Devices and the targets each accepts."""
     from backend.sim.gpu import PRESETS
     from backend.sim.presets import TARGETS as NEURON_PRESETS
+    from backend.sim.tpu import PRESETS as TPU_PRESETS
 
-    return {"cpu": [], "neuron": sorted(NEURON_PRESETS), "cuda": sorted(PRESETS)}
+    return {"cpu": [], "neuron": sorted(NEURON_PRESETS), "cuda": sorted(PRESETS), "tpu": sorted(TPU_PRESETS)}
 
 
 def set_device(device: str, target: str | None = None, *, redirect: bool = False,
@@ -100,6 +114,10 @@ def set_device(device: str, target: str | None = None, *, redirect: bool = False
         from backend.sim.gpu import get_gpu
 
         target = get_gpu(target or DEFAULT_GPU_TARGET).name
+    elif device == "tpu":
+        from backend.sim.tpu import get_tpu
+
+        target = get_tpu(target or DEFAULT_TPU_TARGET).name
     return _switch(DeviceState(device, target, redirect, timing_only), neuron_config)
 
 
@@ -128,7 +146,7 @@ def _apply(state: DeviceState, neuron_config) -> None:
         set_target(neuron_config)
     if state.device == "cuda":
         cuda_emulation.enable(state.target, redirect=state.redirect)
-    torch.set_default_device(None if state.device == "cpu" else f"{state.device}:0")
+    torch.set_default_device(None if state.device == "cpu" else f"{state.runs_on}:0")
     set_timing_only(state.timing_only)
     SELECTION.current = state
 

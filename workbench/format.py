@@ -1,7 +1,7 @@
 """Human-readable numbers for summaries: times, bytes, percentages, with their units."""
 from __future__ import annotations
 
-__all__ = ["fmt_time_s", "fmt_bytes", "fmt_count", "summary_rows", "SUMMARY_FIELDS"]
+__all__ = ["fmt_time_s", "fmt_bytes", "fmt_count", "fmt_usd", "summary_rows", "SUMMARY_FIELDS"]
 
 # (summary key, label, kind) in display order; kinds pick the formatter.
 SUMMARY_FIELDS = (
@@ -61,6 +61,14 @@ def fmt_count(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.3g}{suffix}"
     return f"{n:.0f}"
+
+
+def fmt_usd(usd: float) -> str:
+    """Dollars to 3 significant digits, however small a step's cost is ("$3.1e-09"); "-" for NaN."""
+    usd = float(usd)
+    if usd != usd:
+        return "-"
+    return f"${usd:,.2f}" if abs(usd) >= 100 else f"${usd:.3g}"
 
 
 def _format(value, kind: str) -> str:

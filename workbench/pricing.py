@@ -16,7 +16,10 @@ import pandas as pd
 from backend.sim.pricing import CostEstimate, estimate, more_per_dollar, price
 from workbench.profiles import Profile
 
-__all__ = ["cost", "cost_table", "more_per_dollar"]
+__all__ = ["cost", "cost_table", "more_per_dollar", "cost_columns", "COST_COLUMNS"]
+
+# What every comparison row says about money (NaN where the target has no price, e.g. cpu).
+COST_COLUMNS = ("usd_per_step", "usd_per_1m_items", "items_per_usd", "items_unit", "instance")
 
 
 def cost(profile, instance: str | None = None, *, tokens_per_step: float = 1.0, steps: int = 1,
@@ -48,3 +51,21 @@ def cost_table(profiles, *, tokens_per_step: float = 1.0, steps: int = 1, instan
                      "mfu_percent": prof.summary["mfu_estimated_percent"], **est.to_record(),
                      f"usd_per_1m_{unit}": est.usd_per_million_items, f"{unit}_per_usd": est.items_per_usd})
     return pd.DataFrame(rows)
+
+
+def cost_columns(step_time_s: float, target: str | None, items_per_step: float | None = None,
+                 unit: str = "tokens") -> dict:
+    """The :data:`COST_COLUMNS` of one comparison row: a step of ``step_time_s`` on one device of
+    the instance holding ``target``; ``items_per_step`` tokens (or samples: ``unit``) per step, or
+    None to count steps (then "per 1M" is per million steps)."""
+    items, unit = (float(items_per_step), unit) if items_per_step else (1.0, "steps")
+    nan = float("nan")
+    try:
+        est = estimate(step_time_s, items, price(target)) if target else None
+    except ValueError:          # no instance holds this target (a derived preset, cpu)
+        est = None
+    if est is None or step_time_s <= 0:
+        return {"usd_per_step": nan, "usd_per_1m_items": nan, "items_per_usd": nan, "items_unit": unit,
+                "instance": est.instance if est else ""}
+    return {"usd_per_step": est.usd_per_step, "usd_per_1m_items": est.usd_per_million_items,
+            "items_per_usd": est.items_per_usd, "items_unit": unit, "instance": est.instance}

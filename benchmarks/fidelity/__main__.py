@@ -6,12 +6,13 @@ import time
 
 from benchmarks.fidelity.speed import gpt2_sim_wall_s, sim_scaling
 from benchmarks.fidelity.table import format_table, gpu_rows, neuron_rows
+from benchmarks.fidelity.tpu import tpu_rows
 
 
 def main() -> None:
     logging.basicConfig(level=logging.ERROR)        # range ends may trip lowering capacity warnings
     start = time.perf_counter()
-    print(format_table(neuron_rows() + gpu_rows()))
+    print(format_table(neuron_rows() + gpu_rows() + tpu_rows()))
     print(f"\n(table with bands computed in {time.perf_counter() - start:.0f} s)")
     wall, ops, sim_ms = gpt2_sim_wall_s()
     print(f"GPT-2 small training step on trn2: {ops} eager ops simulated in {wall:.2f} s wall "

@@ -14,6 +14,12 @@ def test_no_argument_shows_active_device_and_what_is_available(shell):
     assert "cpu (host eager, no simulation)" in bundle["text/plain"]
     assert "neuron: trn1, trn2, trn3" in bundle["text/plain"]
     assert "cuda: a100, h100, h200" in bundle["text/html"]
+    assert "tpu: v5e, v5p, v6e" in bundle["text/plain"]
+
+
+def test_tpu_says_it_times_the_compiled_path(shell):
+    _, shown = outputs(shell.run_line_magic, "neuron_device", "tpu --target v6e")
+    assert "TPU v6e" in shown[0]["text/plain"] and "compiled (XLA) path" in shown[0]["text/plain"]
 
 
 @pytest.mark.parametrize("line,state,where", [
@@ -23,6 +29,8 @@ def test_no_argument_shows_active_device_and_what_is_available(shell):
     ("cuda", DeviceState("cuda", "h100"), "cuda:0"),
     ("cuda --target a100", DeviceState("cuda", "a100"), "cuda:0"),
     ("cuda --target h200 --redirect", DeviceState("cuda", "h200", True), "neuron:0"),
+    ("tpu", DeviceState("tpu", "v6e"), "neuron:0"),
+    ("tpu --target v5p", DeviceState("tpu", "v5p"), "neuron:0"),
 ])
 def test_switch(shell, line, state, where):
     _, shown = outputs(shell.run_line_magic, "neuron_device", line)
@@ -61,9 +69,10 @@ def test_move_alone_moves_to_the_active_device(small):
 
 
 @pytest.mark.parametrize("line,message", [
-    ("tpu", "invalid choice: 'tpu'"),
+    ("xla", "invalid choice: 'xla'"),
     ("neuron --target trn9", "unknown target 'trn9'"),
     ("cuda --target trn2", "unknown target 'trn2'"),
+    ("tpu --target h100", "h100"),
     ("neuron --redirect", "redirect applies to cuda only"),
     ("cpu --target trn1", "the cpu device takes no target"),
     ("--target trn1", "--target, --redirect and --timing-only need a device"),
@@ -87,7 +96,7 @@ def test_bad_input_is_a_usage_error_that_changes_nothing(small, line, message):
 
 
 def test_usage_error_shows_one_line_not_a_traceback(shell, capsys):
-    result = shell.run_cell("%neuron_device tpu")
+    result = shell.run_cell("%neuron_device xla")
     assert isinstance(result.error_in_exec, UsageError)
     printed = capsys.readouterr()
     text = printed.out + printed.err

@@ -8,7 +8,7 @@ from ext_display import outputs
 from workbench.devices import DeviceState, active_device
 from workbench.migration import MigrationReport
 
-USAGE = "%neuron_migrate [-t {trn1,trn2,trn3}] [-b {a100,h100,h200}]"
+USAGE = "%neuron_migrate [-t TARGET] [-b BASELINE]"
 FAST = "-o -q --no-compile"
 
 
@@ -31,7 +31,7 @@ def test_a_tiny_mlp_gets_a_full_report(small):
     report = small.run_line_magic("neuron_migrate", "model x -o -q --batch-sizes 8,16,32")
     assert isinstance(report, MigrationReport)
     assert (report.model_name, report.target, report.baseline, report.training) == ("Sequential", "trn2", "h100", True)
-    assert [line.split(":")[0] for line in report.findings[:3]] == ["op coverage", "numerics", "compile"]
+    assert [line.split(":")[0] for line in report.findings[:4]] == ["price", "op coverage", "numerics", "compile"]
     assert any(line.startswith("memory: batch 8 needs") for line in report.findings)
     assert {"aten::addmm", "aten::gelu"} <= set(report.coverage["op"])
     assert "optimizer" in ",".join(report.coverage["phases"])            # a training step: Adam ran
@@ -49,6 +49,7 @@ def test_a_tiny_mlp_gets_a_full_report(small):
                      compile=True)),
     ("model x -t trn1 -b a100", dict(target="trn1", baseline="a100")),
     ("model x --target trn3 --baseline h200", dict(target="trn3", baseline="h200")),
+    ("model x -t tpu:v6e -b neuron:trn1", dict(target="tpu:v6e", baseline="neuron:trn1")),
     ("model x --inference", dict(training=False)),
     ("model x --batch-sizes 8,16,32", dict(batch_sizes=[8, 16, 32])),
     ("model x --threshold 0.005", dict(drift_threshold=0.005)),

@@ -119,6 +119,35 @@ def test_compare_targets_go_to_their_devices(small):
     assert list(comparison.frame["label"]) == ["neuron trn1", "neuron trn3", "cuda a100"]
 
 
+def test_compare_pins_targets_and_prices_the_tpu(small):
+    model, x = small.user_ns["model"], small.user_ns["x"]
+    comparison, shown = outputs(small.run_cell_magic, "neuron_profile",
+                                "-o --tokens 8 --compare cpu,cuda:h100,neuron:trn2,tpu:v6e", CELL)
+    frame = comparison.frame.set_index("label")
+    assert list(frame.index) == ["cpu", "cuda h100", "neuron trn2", "tpu v6e"]
+    assert list(frame["device"]) == ["cpu", "cuda", "neuron", "tpu"]
+    assert set(frame["items_unit"]) == {"tokens"}
+    assert frame.loc["tpu v6e", "instance"] == "tpu-v6e"
+    tpu_s = frame.loc["tpu v6e", "time_s"]
+    assert frame.loc["tpu v6e", "usd_per_step"] == pytest.approx(2.70 * tpu_s / 3600, rel=1e-12)
+    assert frame.loc["tpu v6e", "usd_per_1m_items"] == pytest.approx(2.70 * tpu_s / 3600 / 8 * 1e6, rel=1e-12)
+    assert frame["usd_per_step"].isna().tolist() == [True, False, False, False]
+    assert comparison.profiles["tpu v6e"].meta["device_kind"] == "tpu"
+    # the TPU run computed on neuron, values as on the CPU
+    torch.testing.assert_close(small.user_ns["y"].cpu(), model(x))
+    html = next(b["text/html"] for b in shown if "text/html" in b and "tpu v6e" in b["text/html"])
+    assert "compiled (XLA) path" in html and "USD / 1M tokens" in html
+    assert active_device() == DeviceState() and small.user_ns["model"] is model
+
+
+def test_profile_on_the_active_tpu(small):
+    small.run_line_magic("neuron_device", "tpu --target v5e --move model,x")
+    prof = small.run_cell_magic("neuron_profile", "-o -q", CELL)
+    assert (prof.summary["device_kind"], prof.summary["target"]) == ("tpu", "v5e")
+    assert small.user_ns["seen"][1:] == ("neuron", "neuron")
+    assert active_device() == DeviceState("tpu", "v5e")
+
+
 @pytest.mark.parametrize("line,cell,message", [
     ("", None, "nothing to profile"),
     ("-q", "   \n", "nothing to profile"),
@@ -126,7 +155,8 @@ def test_compare_targets_go_to_their_devices(small):
     ("--device cpu", CELL, "invalid choice: 'cpu'"),
     ("--target trn9", CELL, "unknown target 'trn9'"),
     ("--device cuda --target trn2", CELL, "unknown target 'trn2'"),
-    ("--compare cpu,tpu", CELL, "unknown device tpu"),
+    ("--compare cpu,xla", CELL, "unknown device xla"),
+    ("--compare cpu,tpu:h100", CELL, "unknown device tpu:h100"),
     ("--compare cpu,neuron --device neuron", CELL, "not both"),
     ("--compare neuron -t h100", CELL, "unknown target h100"),
     ("--bogus", CELL, "unrecognized arguments: --bogus"),
@@ -138,7 +168,7 @@ def test_bad_input_is_a_usage_error(small, line, cell, message):
             small.run_line_magic("neuron_profile", line)
         else:
             small.run_cell_magic("neuron_profile", line, cell)
-    assert "%neuron_profile [-d {neuron,cuda}]" in str(info.value)
+    assert "%neuron_profile [-d {neuron,cuda,tpu}]" in str(info.value)
     assert active_device() == DeviceState("neuron", "trn1")
 
 

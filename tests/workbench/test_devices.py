@@ -49,8 +49,10 @@ def test_use_device_restores_previous_state():
 
 def test_bad_arguments_are_clear_and_change_nothing():
     set_device("neuron", "trn2")
-    with pytest.raises(ValueError, match="cpu, neuron, cuda"):
-        set_device("tpu")
+    with pytest.raises(ValueError, match="cpu, neuron, cuda, tpu"):
+        set_device("xla")
+    with pytest.raises(ValueError, match="v6e"):
+        set_device("tpu", "h100")
     with pytest.raises(ValueError, match="trn1"):
         set_device("neuron", "trn9")
     with pytest.raises(ValueError, match="a100"):

@@ -220,7 +220,7 @@ def test_frames_html_and_widget(tight_report, tmp_path):
     assert all(isinstance(f, pd.DataFrame) for f in frames.values())
     page = report.save_html(tmp_path / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "<script src=" not in page     # offline: plotly inline
-    assert page.count("Plotly.newPlot") == len(report.figures()) == 5
+    assert page.count("Plotly.newPlot") == len(report.figures()) == 6     # price-performance included
     snippet = report._repr_html_()
     assert "does NOT fit" in snippet and "Plotly" not in snippet
     assert "MigrationReport(Sequential" in repr(report)

@@ -87,7 +87,7 @@ def _run(*args, timeout=240):
 def test_bad_arguments_exit_2_with_usage():
     result = _run("profile")
     assert result.returncode == 2 and "usage: workbench profile" in result.stderr
-    result = _run("profile", "x.py", "--device", "tpu")
+    result = _run("profile", "x.py", "--device", "xla")
     assert result.returncode == 2 and "invalid choice" in result.stderr
 
 

@@ -39,8 +39,10 @@ def add_migrate_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--model-var", default="model", help="name of the nn.Module in the script (default: model)")
     p.add_argument("--inputs-var", default="x",
                    help="name of the example inputs: a tensor, a tuple of arguments or a dict (default: x)")
-    p.add_argument("--target", default=DEFAULT_NEURON_TARGET, help="NeuronCore preset (default: %(default)s)")
-    p.add_argument("--baseline", default=DEFAULT_GPU_TARGET, help="GPU preset to compare with (default: %(default)s)")
+    p.add_argument("--target", default=DEFAULT_NEURON_TARGET, help="NeuronCore preset, or device:preset such as tpu:v6e "
+                   "(default: %(default)s)")
+    p.add_argument("--baseline", default=DEFAULT_GPU_TARGET, help="GPU preset to compare with, or device:preset such as "
+                   "tpu:v6e (default: %(default)s)")
     p.add_argument("--inference", action="store_true", help="forward only (default: a training step with Adam)")
     p.add_argument("--batch-sizes", type=parse_batch_sizes, metavar="B,B,...", help="batch sizes for the memory table")
     p.add_argument("--drift-threshold", type=float, default=DEFAULT_DRIFT_THRESHOLD,

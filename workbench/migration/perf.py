@@ -14,6 +14,7 @@ import pandas as pd
 
 from backend.sim.trace import Trace
 from workbench.migration.run import PHASES, StepRecording
+from workbench.pricing import COST_COLUMNS, cost_columns
 
 __all__ = ["coverage_table", "performance_table", "time_breakdown", "COVERAGE_COLUMNS", "PERFORMANCE_COLUMNS",
            "BREAKDOWN_COLUMNS", "STATUS"]
@@ -21,7 +22,8 @@ __all__ = ["coverage_table", "performance_table", "time_breakdown", "COVERAGE_CO
 COVERAGE_COLUMNS = ("op", "status", "calls", "phases", "time_ns", "percent_of_step", "host_busy_ns",
                     "fallback_time_ns", "hbm_bytes", "sources")
 PERFORMANCE_COLUMNS = ("label", "device", "target", "mode", "step_time_s", "relative_to_baseline_eager",
-                       "mfu_percent", "hbm_bytes", "op_count", "fallback_count", "fallback_time_s")
+                       "mfu_percent", "hbm_bytes", "op_count", "fallback_count", "fallback_time_s", "role",
+                       "time_kind", *COST_COLUMNS)
 BREAKDOWN_COLUMNS = ("mode", "where", "time_ns", "percent_of_step", "note")
 # trace op kind -> what it means for a migration
 STATUS = {"op": "lowered", "kernel": "lowered (fused)", "fallback": "host fallback",
@@ -68,19 +70,26 @@ def _fallback_ns(trace: Trace) -> float:
     return sum(op.time_ns for op in trace.ops if op.kind == "fallback")
 
 
-def performance_table(recordings: list[StepRecording], target: str, baseline: str) -> pd.DataFrame:
-    """Simulated time per step on the target and the baseline, per recorded mode."""
+def performance_table(recordings: list[StepRecording], target: str, baseline: str, *, target_device: str = "neuron",
+                      baseline_device: str = "cuda", items_per_step: float | None = None,
+                      unit: str = "tokens") -> pd.DataFrame:
+    """Simulated time per step on the target and the baseline, per recorded mode, with what a
+    step costs on one device of the instance holding each (``items_per_step`` tokens or samples:
+    USD per 1M of them and how many one USD buys)."""
     eager_gpu = next((r.baseline.total_time_ns for r in recordings if r.mode == "eager"), 0.0)
     rows = []
     for rec in recordings:
-        for device, name, trace in (("neuron", target, rec.neuron), ("cuda", baseline, rec.baseline)):
+        for role, device, name, trace in (("target", target_device, target, rec.target_trace),
+                                          ("baseline", baseline_device, baseline, rec.baseline)):
             s = trace.summary()
             rows.append({"label": f"{name} {rec.mode}", "device": device, "target": name, "mode": rec.mode,
                          "step_time_s": s["total_time"],
                          "relative_to_baseline_eager": s["total_time_ns"] / eager_gpu if eager_gpu else float("nan"),
                          "mfu_percent": s["mfu_estimated_percent"],
                          "hbm_bytes": s["hbm_read_bytes"] + s["hbm_write_bytes"], "op_count": s["op_count"],
-                         "fallback_count": s["fallback_count"], "fallback_time_s": _fallback_ns(trace) * 1e-9})
+                         "fallback_count": s["fallback_count"], "fallback_time_s": _fallback_ns(trace) * 1e-9,
+                         "role": role, "time_kind": "simulated",
+                         **cost_columns(s["total_time"], name, items_per_step, unit)})
     return pd.DataFrame(rows, columns=list(PERFORMANCE_COLUMNS))
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from backend.sim.gpu import get_gpu
 from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET, get_target
 from workbench.migration.compile import CompileReadiness, compile_readiness
 from workbench.migration.memory import MemoryFit, fit_memory, measure_memory
@@ -21,6 +20,7 @@ from backend.device.timing_only import timing_only as timing_only_mode
 from workbench.migration.numerics import DEFAULT_DRIFT_THRESHOLD, Numerics, layer_drift, not_compared
 from workbench.migration.perf import coverage_table, performance_table, time_breakdown
 from workbench.migration.run import batch_size, call_args, float_dtype, record_step, roomy_device
+from workbench.migration.targets import RUN_TARGET_FOR_OTHERS, CostTarget, cost_target
 
 __all__ = ["migration_report", "migration_report_for", "MigrationReport"]
 
@@ -45,6 +45,10 @@ class MigrationReport:
     memory: MemoryFit
     profiles: dict = field(default_factory=dict)     # label -> wb.Profile of each recorded step
     wall_time_s: float = 0.0
+    target_device: str = "neuron"                    # the target's cost model: neuron or tpu (or cuda)
+    baseline_device: str = "cuda"
+    items_per_step: float = 0.0                      # tokens (or samples) one step processes
+    items_unit: str = "samples"
 
     # -- derived ---------------------------------------------------------------------------
     @property
@@ -53,9 +57,14 @@ class MigrationReport:
         return self.coverage[self.coverage["status"] == "host fallback"].reset_index(drop=True)
 
     def step(self, device: str, mode: str = "eager"):
-        """The performance row of ``device`` ("neuron" or "cuda") in ``mode``, or None."""
-        rows = self.performance[(self.performance["device"] == device) & (self.performance["mode"] == mode)]
+        """The performance row of ``device`` ("neuron", "cuda", "tpu") or of a role ("target",
+        "baseline") in ``mode``, or None."""
+        perf = self.performance
+        rows = perf[((perf["device"] == device) | (perf["role"] == device)) & (perf["mode"] == mode)]
         return rows.iloc[0] if len(rows) else None
+
+    def target_profile(self, mode: str = "eager"):
+        return self.profiles.get(f"{self.target} {mode}")
 
     @property
     def findings(self) -> list[str]:
@@ -101,15 +110,29 @@ class MigrationReport:
         return path
 
 
-def _profiles(recordings, target: str, baseline: str, timing_only: bool = False) -> dict:
+def _profiles(recordings, target: CostTarget, baseline: CostTarget, timing_only: bool = False) -> dict:
     from workbench.profiles import Profile
     out = {}
     for rec in recordings:
-        for device, name, trace in (("neuron", target, rec.neuron), ("cuda", baseline, rec.baseline)):
-            out[f"{name} {rec.mode}"] = Profile(trace, rec.graphs if device == "neuron" else (),
-                                                meta={"device": device, "target": name, "device_kind": device,
-                                                      "compiled": rec.mode == "compiled", "timing_only": timing_only})
+        for side, trace in ((target, rec.target_trace), (baseline, rec.baseline)):
+            on_neuron = trace is rec.neuron
+            prof = Profile(trace, rec.graphs if on_neuron else (),
+                           meta={"device": side.device, "target": side.name, "device_kind": side.device,
+                                 "compiled": rec.mode == "compiled", "timing_only": timing_only})
+            if on_neuron:       # the NeuronCore's profile can replay itself: Profile.time_band()
+                prof.workload, prof.workload_target = rec.workload, side.config
+            out[f"{side.name} {rec.mode}"] = prof
     return out
+
+
+def items_per_step(args, kwargs) -> tuple[int, str]:
+    """Tokens per step when the first tensor input holds token ids (integers, batch x sequence),
+    else samples (its batch dimension)."""
+    from torch.utils._pytree import tree_flatten
+    first = next(t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor) and t.dim() > 0)
+    if not first.is_floating_point() and not first.is_complex() and first.dim() >= 2:
+        return first.numel(), "tokens"
+    return int(first.shape[0]), "samples"
 
 
 def migration_report_for(namespace: dict, model: str = "model", inputs: str = "x", **options) -> MigrationReport:
@@ -130,7 +153,8 @@ def migration_report_for(namespace: dict, model: str = "model", inputs: str = "x
 
 def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEURON_TARGET, baseline: str = DEFAULT_GPU_TARGET, *,
                      training: bool = True, batch_sizes=None, drift_threshold: float = DEFAULT_DRIFT_THRESHOLD,
-                     loss_fn=None, optimizer=None, compile: bool = True, timing_only: bool = False) -> MigrationReport:
+                     loss_fn=None, optimizer=None, compile: bool = True, band: bool = False,
+                     timing_only: bool = False) -> MigrationReport:
     """Report what moving ``model`` from ``baseline`` (a GPU preset) to ``target`` would take.
 
     ``example_inputs``: a tensor, a tuple of positional arguments or a dict of keyword arguments;
@@ -140,15 +164,25 @@ def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEUR
     output -> scalar, default the mean of the first floating output) instead of inference.
     ``batch_sizes``: the batch sizes the memory table estimates (default: powers of two).
     ``compile=False`` skips the compiled step (graph breaks are still reported).
+
+    ``target`` and ``baseline`` may name any simulated device as ``device:preset`` ("tpu:v6e",
+    "neuron:trn1", "cuda:a100"): the model runs on a NeuronCore (``target``'s, else trn2, which
+    also reports op coverage) and each side costs the same op stream; a TPU on the compiled
+    (XLA) path. The findings lead with tokens (or samples) per dollar on each side, from the
+    instance prices of ``backend.sim.pricing``; ``band=True`` adds the target's timing error band
+    (``Profile.time_band()``, NeuronCore targets: about two replays of the step per assumption).
     ``timing_only``: the replicas hold shapes but no values (``torch.neuron.timing_only()``), for
     models larger than the host; every answer but numerics (which compares values) is the same.
     """
     start = time.perf_counter()
-    cfg = get_target(target)
-    baseline = get_gpu(baseline).name
+    target_side, baseline_side = cost_target(target, "neuron"), cost_target(baseline, "cuda")
+    cfg = target_side.config if target_side.device == "neuron" else get_target(RUN_TARGET_FOR_OTHERS)
+    baseline = baseline_side.name
     args, kwargs = call_args(example_inputs)
     batch = batch_size(args, kwargs)
-    common = {"target": cfg, "baseline": baseline, "training": training, "loss_fn": loss_fn, "optimizer": optimizer}
+    items, unit = items_per_step(args, kwargs)
+    common = {"target": target_side, "baseline": baseline_side, "training": training, "loss_fn": loss_fn,
+              "optimizer": optimizer, "runs_on": cfg}
     with roomy_device(cfg), timing_only_mode(timing_only):
         numerics = (not_compared(drift_threshold) if timing_only
                     else layer_drift(model, args, kwargs, threshold=drift_threshold))
@@ -162,11 +196,24 @@ def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEUR
             readiness.compiled_error = "not requested (compile=False)"
     recordings = [eager] + ([readiness.compiled] if readiness.compiled is not None else [])
     report = MigrationReport(
-        model_name=type(model).__name__, target=cfg.name, baseline=baseline, training=training, batch_size=batch,
-        dtype=str(float_dtype(model))[6:], coverage=coverage_table(eager), numerics=numerics, compile=readiness,
-        performance=performance_table(recordings, cfg.name, baseline), time_breakdown=time_breakdown(recordings),
-        memory=fit_memory(measured, batch=batch, capacity_bytes=cfg.hbm_bytes, target=cfg.name, training=training,
-                          batch_sizes=batch_sizes),
-        profiles=_profiles(recordings, cfg.name, baseline, timing_only), wall_time_s=time.perf_counter() - start)
+        model_name=type(model).__name__, target=target_side.name, baseline=baseline, training=training,
+        batch_size=batch, dtype=str(float_dtype(model))[6:], coverage=coverage_table(eager), numerics=numerics,
+        compile=readiness,
+        performance=performance_table(recordings, target_side.name, baseline, target_device=target_side.device,
+                                      baseline_device=baseline_side.device, items_per_step=items, unit=unit),
+        time_breakdown=time_breakdown(recordings),
+        memory=fit_memory(measured, batch=batch, capacity_bytes=target_side.hbm_bytes, target=target_side.name,
+                          training=training, batch_sizes=batch_sizes),
+        profiles=_profiles(recordings, target_side, baseline_side, timing_only),
+        wall_time_s=time.perf_counter() - start,
+        target_device=target_side.device, baseline_device=baseline_side.device, items_per_step=items,
+        items_unit=unit)
+    if band:
+        prof = report.target_profile()
+        if prof is not None and prof.workload is not None:
+            prof.time_band()
+        else:
+            log.info("no timing error band for %s %s: only NeuronCore profiles replay", target_side.device,
+                     target_side.name)
     log.info("migration report of %s in %.1f s", report.model_name, report.wall_time_s)
     return report

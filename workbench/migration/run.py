@@ -20,8 +20,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from backend.recording import recording
 from backend.lowering import EagerSession
-from backend.sim.gpu import GpuSession
-from backend.sim.presets import NeuronConfig, get_target
+from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
 from backend.sim.trace import Trace
 
 __all__ = ["Step", "StepRecording", "call_args", "to_device", "replica", "batch_size", "float_dtype",
@@ -147,13 +146,19 @@ class Step:
 
 @dataclass
 class StepRecording:
-    """One recorded step on the target and on the baseline GPU (same op stream)."""
+    """One recorded step on the target and on the baseline (same op stream)."""
 
     mode: str                       # "eager" or "compiled"
-    neuron: Trace
+    neuron: Trace                   # the NeuronCore that ran the step (op coverage, breakdown)
     baseline: Trace
     phase_ends: dict                # phase -> number of neuron trace ops when it ended
     graphs: list = field(default_factory=list)   # compiled graphs (compiled mode)
+    target: Trace | None = None     # the target's trace when it is not that NeuronCore (a TPU)
+    workload: list | None = None    # what the NeuronCore was fed (Profile.time_band replays it)
+
+    @property
+    def target_trace(self) -> Trace:
+        return self.neuron if self.target is None else self.target
 
     def phase_of(self, op_index: int) -> str:
         for phase in PHASES:
@@ -162,10 +167,21 @@ class StepRecording:
         return PHASES[-1]
 
 
-def record_step(model: torch.nn.Module, args, kwargs, *, target, baseline: str, training: bool,
-                loss_fn=None, optimizer=None, compiled: bool = False) -> StepRecording:
-    """Warm up, then record one step of a neuron replica of ``model`` on both simulators."""
-    cfg = get_target(target)
+def _cost_sink(side):
+    """The session costing the step for one side of the report (a CostTarget)."""
+    from workbench.session import make_sink
+    return make_sink(side.device, side.config)
+
+
+def record_step(model: torch.nn.Module, args, kwargs, *, target, baseline, training: bool,
+                loss_fn=None, optimizer=None, compiled: bool = False, runs_on=None) -> StepRecording:
+    """Warm up, then record one step of a neuron replica of ``model`` on both simulators.
+
+    ``target`` is a NeuronCore preset or a ``CostTarget`` (``runs_on``: the NeuronCore that runs
+    the step then); ``baseline`` a GPU preset name or a ``CostTarget``."""
+    from workbench.migration.targets import cost_target
+    target, baseline = cost_target(target, "neuron"), cost_target(baseline, "cuda")
+    cfg = target.config if target.device == "neuron" else get_target(runs_on or DEFAULT_NEURON_TARGET)
     net = replica(model, "neuron")
     step = Step(net, training, loss_fn, optimizer)
     call = None
@@ -177,13 +193,18 @@ def record_step(model: torch.nn.Module, args, kwargs, *, target, baseline: str, 
         call = torch.compile(net, backend="neuron")
     dev_args, dev_kwargs = to_device((args, kwargs), "neuron")
     step.run(dev_args, dev_kwargs, call=call)            # warm-up: optimizer state, compile
-    neuron, gpu = EagerSession(cfg), GpuSession(baseline)
+    neuron, gpu = EagerSession(cfg, keep_workload=True), _cost_sink(baseline)
+    other = _cost_sink(target) if target.device != "neuron" else None
     ends: dict = {}
-    with recording(neuron, with_source=True), recording(gpu):
+    with contextlib.ExitStack() as stack:
+        for sink in (neuron, gpu, other):
+            if sink is not None:
+                stack.enter_context(recording(sink, with_source=sink is neuron))
         step.run(dev_args, dev_kwargs, mark=lambda phase: ends.setdefault(phase, len(neuron.trace.ops)), call=call)
     graphs = []
     if compiled:
         from backend.compile import compiled_graphs
         graphs = compiled_graphs()[graphs_before:]
     log.debug("recorded %s step: %d neuron ops", "compiled" if compiled else "eager", len(neuron.trace.ops))
-    return StepRecording("compiled" if compiled else "eager", neuron.trace, gpu.trace, ends, graphs)
+    return StepRecording("compiled" if compiled else "eager", neuron.trace, gpu.trace, ends, graphs,
+                         target=other.trace if other is not None else None, workload=neuron.workload)

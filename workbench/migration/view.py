@@ -10,10 +10,12 @@ import html
 import pandas as pd
 import plotly.graph_objects as go
 
+from workbench.figures.price import price_performance_figure
 from workbench.figures.style import KIND_COLOURS, base_layout, empty_figure, palette
-from workbench.format import fmt_bytes, fmt_time_s
+from workbench.format import fmt_bytes, fmt_time_s, fmt_usd
 from workbench.html_parts import REPORT_STYLE
 from workbench.migration.memory import CATEGORIES
+from workbench.migration.price import price_line, timing_notes
 
 __all__ = ["findings", "report_figures", "sections", "report_html", "widget"]
 
@@ -22,7 +24,7 @@ _STATUS_COLOURS = {"lowered": KIND_COLOURS["op"], "lowered (fused)": KIND_COLOUR
                    "view (no device work)": KIND_COLOURS["view"]}
 _TOP_OPS = 25
 # section -> the figures shown under it
-_FIGURES_BY_SECTION = {"performance": ("performance", "time breakdown"), "op coverage": ("op coverage",),
+_FIGURES_BY_SECTION = {"performance": ("performance", "price-performance", "time breakdown"), "op coverage": ("op coverage",),
                        "numerics": ("numerics",), "memory": ("memory",)}
 
 
@@ -30,7 +32,7 @@ _FIGURES_BY_SECTION = {"performance": ("performance", "time breakdown"), "op cov
 def performance_figure(report) -> go.Figure:
     perf = report.performance
     fig = go.Figure(go.Bar(x=perf["label"], y=perf["step_time_s"] * 1e3,
-                           marker_color=[palette(0) if d == "neuron" else palette(1) for d in perf["device"]],
+                           marker_color=[palette(0) if r == "target" else palette(1) for r in perf["role"]],
                            text=[f"MFU {m:.1f} %" for m in perf["mfu_percent"]], textposition="outside",
                            hovertemplate="%{x}: %{y:.4g} ms<extra></extra>"))
     fig.update_yaxes(title="simulated time per step (ms)")
@@ -100,15 +102,19 @@ def memory_figure(report) -> go.Figure:
 
 
 def report_figures(report) -> dict:
-    return {"performance": performance_figure(report), "time breakdown": breakdown_figure(report),
+    return {"performance": performance_figure(report),
+            "price-performance": price_performance_figure(report.performance.rename(columns={"step_time_s": "time_s"}),
+                                                  title="Time, MFU and cost per step"),
+            "time breakdown": breakdown_figure(report),
             "op coverage": coverage_figure(report), "numerics": numerics_figure(report),
             "memory": memory_figure(report)}
 
 
 # -- text ---------------------------------------------------------------------------------
 def findings(report) -> list[str]:
-    """The headline of ``report``: one line per question, the answer first."""
-    out = []
+    """The headline of ``report``: one line per question, the answer first; dollars lead."""
+    priced = price_line(report)
+    out = [priced] if priced else []
     cov, fb = report.coverage, report.fallbacks
     compute = cov[cov["status"].isin(("lowered", "host fallback"))]
     if len(fb):
@@ -137,13 +143,13 @@ def findings(report) -> list[str]:
     if comp.compiled_error:
         line += f"; no compiled step ({comp.compiled_error})"
     out.append(line)
-    neuron, gpu = report.step("neuron"), report.step("cuda")
+    neuron, gpu = report.step("target"), report.step("baseline")
     if neuron is not None and gpu is not None:
         out.append(f"performance: eager step {fmt_time_s(neuron.step_time_s)} on {report.target} vs "
                    f"{fmt_time_s(gpu.step_time_s)} on {report.baseline} "
                    f"({neuron.step_time_s / gpu.step_time_s:.2f}x), MFU {neuron.mfu_percent:.1f} % vs "
                    f"{gpu.mfu_percent:.1f} %")
-    compiled = report.step("neuron", "compiled")
+    compiled = report.step("target", "compiled")
     if compiled is not None:
         out.append(f"performance: compiled step {fmt_time_s(compiled.step_time_s)} on {report.target}")
     mem = report.memory
@@ -151,7 +157,7 @@ def findings(report) -> list[str]:
     out.append(f"memory: batch {mem.batch_size} needs ~{fmt_bytes(mem.peak_bytes)} of "
                f"{fmt_bytes(mem.capacity_bytes)} HBM per core: {verdict}; largest batch that fits "
                f"≈ {mem.max_batch_size} (estimate)")
-    return out
+    return out + timing_notes(report)
 
 
 # -- HTML sections ------------------------------------------------------------------------
@@ -180,7 +186,8 @@ def sections(report) -> dict:
     return {
         "findings": f"<ul>{headline}</ul>",
         "performance": _frame_html(report.performance, {"step_time_s": fmt_time_s, "hbm_bytes": fmt_bytes,
-                                                        "fallback_time_s": fmt_time_s}) + compile_status
+                                                        "fallback_time_s": fmt_time_s, "usd_per_step": fmt_usd,
+                                                        "usd_per_1m_items": fmt_usd}) + compile_status
         + _frame_html(report.time_breakdown, {"time_ns": _ns}),
         "op coverage": _frame_html(report.coverage, {"time_ns": _ns, "host_busy_ns": _ns, "fallback_time_ns": _ns,
                                                      "hbm_bytes": fmt_bytes}),

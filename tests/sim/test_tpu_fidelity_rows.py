@@ -1,0 +1,29 @@
+"""The TPU rows of ``make fidelity``: published MaxText throughput as time per sequence, the
+full-training op stream behind the prediction, and the row that cannot run says why."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.fidelity.tpu import LLAMA2_70B, full_llama_step, tpu_ns, tpu_rows
+from benchmarks.fidelity.workloads import LLAMA_8B, lora_llama_step
+
+
+def test_full_step_adds_one_weight_gradient_per_linear_and_adamw():
+    lora = lora_llama_step(2, seq=64, rank=0)
+    full = full_llama_step(2, seq=64)
+    extra = full[len(lora):]
+    assert [r.name for r in extra].count("aten::mm") == 7 * 2 + 1        # 7 linears per layer + LM head
+    assert extra[-1].name == "aten::_fused_adamw_"
+    assert tpu_ns(full, "v6e") > tpu_ns(lora, "v6e") > 0
+
+
+def test_rows_cite_published_throughput_as_time_per_sequence():
+    rows = tpu_rows()
+    assert [r.predicted_ns is None for r in rows] == [False, False, True]
+    llama8, llama70, not_run = rows
+    assert llama8.published_ns == pytest.approx(8192 / 7207 * 1e9)
+    assert llama70.published_ns == pytest.approx(4096 / 900 * 1e9)
+    assert "tiering.md" in llama8.note and "tiering.md" in llama70.note
+    assert llama70.predicted_ns > llama8.predicted_ns > 0
+    assert not_run.predicted == "not run" and "not run:" in not_run.note
+    assert LLAMA2_70B["layers"] == 80 and LLAMA_8B["layers"] == 32
