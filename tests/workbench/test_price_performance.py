@@ -58,8 +58,9 @@ def test_percent_band_follows_the_target_time_band():
     target = types.SimpleNamespace(step_time_s=1e-3, items_per_usd=1e8)
     baseline = types.SimpleNamespace(items_per_usd=5e7)
     band = types.SimpleNamespace(low_ns=0.8e6, high_ns=1.25e6)
-    report = types.SimpleNamespace(target_profile=lambda: types.SimpleNamespace(band=band),
-                                   step=lambda role: {"target": target, "baseline": baseline}[role])
+    report = types.SimpleNamespace(target_profile=lambda mode="eager": types.SimpleNamespace(band=band),
+                                   step=lambda role, mode="eager": {"target": target, "baseline": baseline}[role],
+                                   target_device="neuron", baseline_device="cuda")
     low, high = percent_band(report)
     assert (low, high) == (pytest.approx(60.0), pytest.approx(150.0))
 
@@ -160,3 +161,15 @@ def test_tpu_as_baseline_and_the_band_of_a_neuron_target():
 def test_unknown_device_in_a_target_is_refused():
     with pytest.raises(ValueError, match="tpu:"):
         wb.migration_report(TinyLM(), torch.randint(0, 64, (2, 8)), target="xla:v6e")
+
+
+def test_beside_a_tpu_the_headline_prices_compiled_steps_on_both_sides():
+    # A TPU runs only compiled graphs: pricing the other side's eager step would price eager
+    # against compiled execution, not one chip against the other.
+    torch.manual_seed(0)
+    report = wb.migration_report(TinyLM(), torch.randint(0, 64, (2, 8)), target="tpu:v6e")
+    target, baseline = report.step("target", "compiled"), report.step("baseline", "compiled")
+    assert target is not None and baseline is not None
+    pct = (target.items_per_usd / baseline.items_per_usd - 1) * 100
+    assert report.findings[0].startswith(f"price: {abs(pct):.0f}% {'more' if pct >= 0 else 'fewer'} tokens")
+    assert "(compiled step, on-demand price per device)" in report.findings[0]

@@ -8,13 +8,22 @@ from backend.sim.pricing import percent_more_per_dollar
 from backend.sim.tpu import COMPILED_PATH_NOTE
 from workbench.format import fmt_usd
 
-__all__ = ["price_line", "percent_band", "timing_notes"]
+__all__ = ["price_line", "percent_band", "timing_notes", "headline_mode"]
+
+
+def headline_mode(report) -> str:
+    """The mode both sides are priced in. A TPU only runs compiled graphs, so beside a TPU the
+    other side's compiled step is used when one was recorded: an eager step there would price
+    the difference between eager and compiled execution, not between the chips."""
+    beside_tpu = "tpu" in (report.target_device, report.baseline_device)
+    return "compiled" if beside_tpu and report.step("target", "compiled") is not None else "eager"
 
 
 def percent_band(report) -> tuple[float, float] | None:
     """The range of "% more per dollar" over the target's timing band (``Profile.time_band()``),
     or None when the target profile has none (not computed, or not a NeuronCore)."""
-    prof, target, baseline = report.target_profile(), report.step("target"), report.step("baseline")
+    mode = headline_mode(report)
+    prof, target, baseline = report.target_profile(mode), report.step("target", mode), report.step("baseline", mode)
     band = getattr(prof, "band", None) if prof is not None else None
     if band is None or target is None or baseline is None:
         return None
@@ -27,7 +36,8 @@ def percent_band(report) -> tuple[float, float] | None:
 def price_line(report) -> str | None:
     """``"price: 70% more tokens per dollar on trn2 than on h100 (band +55% .. +82%); ..."``, or
     None when either side has no instance price."""
-    target, baseline = report.step("target"), report.step("baseline")
+    mode = headline_mode(report)
+    target, baseline = report.step("target", mode), report.step("baseline", mode)
     if target is None or baseline is None:
         return None
     if any(math.isnan(r.items_per_usd) for r in (target, baseline)):
@@ -42,7 +52,7 @@ def price_line(report) -> str | None:
     return (f"price: {abs(pct):.0f}% {'more' if pct >= 0 else 'fewer'} {unit} per dollar on {report.target} "
             f"than on {report.baseline} ({band_text}); {fmt_usd(target.usd_per_1m_items)} vs "
             f"{fmt_usd(baseline.usd_per_1m_items)} per 1M {unit} on {target.instance} vs {baseline.instance} "
-            "(eager step, on-demand price per device)")
+            f"({mode} step, on-demand price per device)")
 
 
 def timing_notes(report) -> list[str]:

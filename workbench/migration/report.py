@@ -209,7 +209,9 @@ def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEUR
         target_device=target_side.device, baseline_device=baseline_side.device, items_per_step=items,
         items_unit=unit)
     if band:
-        prof = report.target_profile()
+        from workbench.migration.price import headline_mode
+
+        prof = report.target_profile(headline_mode(report))
         if prof is not None and prof.workload is not None:
             prof.time_band()
         else:
