@@ -51,7 +51,7 @@ _LAZY = {
     "migration_report_for": "workbench.migration",
     "cost": "workbench.pricing",
     "cost_table": "workbench.pricing",
-    "sweep": "workbench.sweep",
+    "sweep": "workbench.sweeps",
 }
 __all__ = ["__version__", "figures", *_LAZY]
 

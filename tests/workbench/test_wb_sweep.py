@@ -6,7 +6,7 @@ import torch
 pytest.importorskip("ray")
 
 import workbench as wb                                      # noqa: E402
-from workbench.sweep import grid_points, run_point          # noqa: E402
+from workbench.sweeps import grid_points, run_point          # noqa: E402
 
 
 def all_reduce_step(target, chips, parallelism, batch):

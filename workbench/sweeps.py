@@ -21,8 +21,6 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
-import sys
-import types
 from collections.abc import Callable, Mapping, Sequence
 
 import torch.distributed as dist
@@ -164,13 +162,3 @@ def _progress_bar(total: int, enabled: bool):
     from tqdm.auto import tqdm
     return tqdm(total=total, desc="sweep", unit="point", disable=not enabled)
 
-
-class _CallableModule(types.ModuleType):
-    """``wb.sweep`` is this function, yet importing ``workbench.sweep`` binds the module to that
-    name on the package: the module answers calls as the function does."""
-
-    def __call__(self, *args, **kwargs):
-        return sweep(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
