@@ -98,6 +98,21 @@ class _Sampler:
         self.feed(None)
 
 
+def _target_in_effect(device: str):
+    """The target a profile without one uses: the one ``set_device`` chose for this device (a
+    derived what-if config included), else the device's default preset. Profiling a model held
+    on a roomy what-if core must not fall back to a smaller preset under it."""
+    from workbench.devices import active_device
+
+    state = active_device()
+    if device == "neuron" and state.device == "neuron":
+        import backend.device as device_layer
+        return device_layer.get_target()
+    if state.device == device and state.target:
+        return state.target
+    return DEFAULT_TARGETS[device]
+
+
 class ProfileSession:
     """Context manager behind ``profile()``: ``__enter__`` returns the Profile it fills on exit."""
 
@@ -107,7 +122,7 @@ class ProfileSession:
         if device not in SIMULATED_DEVICES:
             make_sink(device)            # raises the explanatory ValueError
         self.device = device
-        self.target = target or DEFAULT_TARGETS[device]
+        self.target = target or _target_in_effect(device)
         self.source = source
         self.on_op = on_op
         self.timing_only = timing_only
@@ -174,8 +189,9 @@ def profile(fn: Callable | None = None, *args, target: str | None = None, device
             timing_only: bool = False, **kwargs):
     """Profile ``fn(*args, **kwargs)`` on ``device``, or return a context manager when ``fn`` is None.
 
-    ``target`` defaults to trn2 for neuron, h100 for cuda and v6e for tpu (the model runs on
-    ``neuron``, timed by the TPU cost model on the compiled path); ``source`` records user source
+    ``target`` defaults to the one ``set_device`` chose for ``device``, else trn2 for neuron, h100
+    for cuda and v6e for tpu (the model runs on ``neuron``, timed by the TPU cost model on the
+    compiled path); ``source`` records user source
     lines per op; ``on_op(count)`` is called after every recorded op (progress bars);
     ``graphs_since`` (a ``len(compiled_graphs())`` taken earlier) attaches graphs compiled by a
     warm-up run before the profile started; ``timing_only`` makes tensors created while it runs

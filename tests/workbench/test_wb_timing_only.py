@@ -143,3 +143,41 @@ def test_profile_says_timing_only_when_the_mode_was_already_on():
     with wb.profile() as with_values:
         torch.ones(8, 8) + 1
     assert not with_values.meta["timing_only"] and "values" not in with_values.summary
+
+
+def test_a_profile_without_a_target_uses_the_what_if_core_the_model_lives_on():
+    # A model built on a roomy what-if core must not be profiled on the smaller default preset.
+    from backend.sim.presets import derive
+
+    roomy = derive("trn2", name="trn2-roomy", hbm_bytes=64 * 2**30)
+    set_device("neuron", roomy, timing_only=True)
+    model = nn.Linear(64, 64)
+    prof = wb.profile(lambda: model(torch.ones(4, 64)))
+    assert prof.meta["target"] == "trn2-roomy"
+
+
+@pytest.mark.slow
+def test_hugging_face_llama_3_8b_from_config_is_born_data_free_and_runs():
+    # 8B parameters: 16 GB in bf16, more than this host's free memory in fp32. Timing-only makes
+    # from_config's parameters data-free on the device; the forward is simulated like with values.
+    transformers = pytest.importorskip("transformers")
+    import psutil
+    from backend.sim.presets import derive
+
+    config = transformers.LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                      num_attention_heads=32, num_key_value_heads=8, vocab_size=128256)
+    set_device("neuron", derive("trn2", name="trn2-96GiB", hbm_bytes=96 * 2**30), timing_only=True)
+    rss_before = psutil.Process().memory_info().rss
+    model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    assert sum(p.numel() for p in model.parameters()) > 8e9
+    assert all(p.device.type == "neuron" and p._inner.is_meta for p in model.parameters())
+    assert torch.neuron.memory_allocated() >= 16e9            # the simulated HBM holds the weights
+    with torch.no_grad():
+        prof = wb.profile(lambda: model(torch.randint(0, 128256, (1, 16))))
+    assert prof.meta["target"] == "trn2-96GiB" and prof.summary["total_time"] > 0
+    assert psutil.Process().memory_info().rss - rss_before < 1.5 * 2**30
+    set_device("cpu")
+    # On one trn2 core (12 GiB) the same model does not fit: the device's own OOM error.
+    set_device("neuron", "trn2", timing_only=True)
+    with pytest.raises(torch.OutOfMemoryError, match="12.00 GiB"):
+        transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
