@@ -2,10 +2,7 @@
 generators, pinned-memory loading, activation checkpointing, autocast + GradScaler, checkpoints
 saved and loaded with every ``map_location``, torch.export round trips, a complex-RoPE block.
 
-FSDP2 (``fully_shard``) is not here: it frees and re-allocates parameter storage with
-``untyped_storage().resize_()``, which PyTorch's Python storage code refuses on a wrapper
-tensor's placeholder storage before the device's C++ allocator is reached (a strict xfail in
-test_accelerator_api.py records it)."""
+FSDP2 (``fully_shard``) needs a process group: tests/distributed/test_fsdp.py."""
 import copy
 import io
 import pickle
