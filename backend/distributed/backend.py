@@ -51,7 +51,7 @@ def create_process_group(common_opts, backend_opts) -> NeuronProcessGroup:
     group = NeuronProcessGroup(exchange, rank, size, topology)
     # c10d keeps a group's name on its backends (``_set_group_name`` writes it to each, and
     # ``group_name`` reads the first): without one, DeviceMesh and FSDP2 find "name not set".
-    # The collectives themselves stay the Python overrides above.
+    # Collectives still go through NeuronProcessGroup's Python overrides, which report them.
     group._register_backend(torch.device(BACKEND_NAME), dist.ProcessGroup.BackendType.CUSTOM, exchange)
     return group
 
