@@ -66,7 +66,9 @@ class Event:
         self._time_ns: float | None = None
 
     def record(self, stream: Stream | None = None) -> None:
-        self._time_ns = self._clock_ns()
+        # Only a timing event reads the clock (as on CUDA): synchronisation events, such as
+        # FSDP2's around every all-gather, work outside a profile too.
+        self._time_ns = self._clock_ns() if self.enable_timing else 0.0
 
     def wait(self, stream: Stream | None = None) -> None:
         """One timeline: nothing to wait for."""

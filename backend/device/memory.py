@@ -63,12 +63,10 @@ class DeviceMemory:
         """
         if inner.__class__ is not torch.Tensor:
             return  # a tracer's fake/functional tensor (torch.compile): no storage to count
-        storage = inner.untyped_storage()
-        # A data-free (meta) storage has no address: its StorageImpl identifies it, shared by views.
-        key = storage._cdata if inner.is_meta else storage.data_ptr() or id(storage)
+        key = _storage_key(inner)
         entry = self._refs.get(key)
         if entry is None:
-            nbytes = storage.nbytes()
+            nbytes = inner.untyped_storage().nbytes()
             self.check(nbytes)
             entry = self._refs[key] = [0, nbytes]
             self.allocated_bytes += nbytes
@@ -82,6 +80,23 @@ class DeviceMemory:
         # Keyed by id: two weakrefs to one live tensor compare equal.
         ref = weakref.ref(inner, self._on_host_tensor_freed)
         self._watchers[id(ref)] = (ref, key)
+
+    def resize(self, inner: torch.Tensor, nbytes: int) -> None:
+        """Re-book the storage of a tracked host tensor at ``nbytes`` (``storage.resize_``:
+        FSDP2 frees and re-allocates unsharded parameters this way)."""
+        entry = self._refs.get(_storage_key(inner))
+        if entry is None or entry[1] == nbytes:
+            return
+        if nbytes > entry[1]:
+            self.check(nbytes - entry[1])
+            self.num_allocs += entry[1] == 0
+        else:
+            self.num_frees += nbytes == 0
+        self.allocated_bytes += nbytes - entry[1]
+        self.reserved_bytes += _rounded(nbytes) - _rounded(entry[1])
+        entry[1] = nbytes
+        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+        self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
 
     def _on_host_tensor_freed(self, ref) -> None:
         _, key = self._watchers.pop(id(ref), (None, None))
@@ -126,6 +141,13 @@ class DeviceMemory:
         lines += [f"| {name:<24}{_fmt(cur):>20}{_fmt(peak):>20} |" for name, cur, peak in rows]
         lines += [f"| {'Live storages':<24}{len(self._refs):>20}{'':>20} |", f"|{'=' * 66}|"]
         return "\n".join(lines)
+
+
+def _storage_key(inner: torch.Tensor):
+    """What identifies a host tensor's storage in the books (shared by its views)."""
+    storage = inner.untyped_storage()
+    # A data-free (meta) storage has no address: its StorageImpl identifies it.
+    return storage._cdata if inner.is_meta else storage.data_ptr() or id(storage)
 
 
 def _fmt(nbytes: int) -> str:

@@ -28,6 +28,7 @@ def register() -> None:
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     from . import autocast, neuron_module
+    from .export_dims import install_export_dims
     from .factories import register_factories
     from .generator import install_generator
     from .native_hooks import install_native_hooks
@@ -49,4 +50,5 @@ def register() -> None:
     autocast.register(DEVICE_NAME)
     install_generator()
     register_pinned_memory()
+    install_export_dims()
     STATE.registered = True

@@ -14,7 +14,7 @@ from .memory import POOLS
 from .serialization import device_restored_for, mark_for_saving, register_serialization
 from .timing_only import no_values_error
 
-__all__ = ["DeviceTensor", "wrap", "unwrap_to_host", "carry_math_bits"]
+__all__ = ["DeviceTensor", "DeviceStorage", "wrap", "unwrap_to_host", "carry_math_bits"]
 
 
 class DeviceTensor(torch.Tensor):
@@ -68,6 +68,16 @@ class DeviceTensor(torch.Tensor):
             raise no_values_error("printing a tensor")
         return self.__repr__()
 
+    def untyped_storage(self) -> DeviceStorage:
+        # The placeholder storage, made resizable the way FSDP2 resizes parameter storages.
+        storage = super().untyped_storage()
+        if storage.__class__ is not DeviceStorage:
+            # PyTorch keeps one Python object per storage while the storage lives, so the class
+            # and the host link set here last as long as the placeholder.
+            storage.__class__ = DeviceStorage
+        storage._host = self._inner
+        return storage
+
     def tolist(self):
         return self.cpu().tolist()
 
@@ -85,6 +95,47 @@ class DeviceTensor(torch.Tensor):
             raise no_values_error("saving or pickling a tensor")
         host = mark_for_saving(self._inner.detach().clone(), self.device)
         return (_rebuild_tagged_tensor, (host, self.requires_grad, getattr(self, "_is_param", False)))
+
+
+_META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+_PRIVATEUSE1 = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
+_SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset
+# The traceable storage resize (Dynamo's, for FSDP2); its PrivateUse1 kernel calls the hook.
+_RESIZE_STORAGE_BYTES = torch.ops.inductor.resize_storage_bytes_.default
+
+
+class DeviceStorage(torch.UntypedStorage):
+    """The storage of a device tensor: a data-less placeholder (the values live in the host
+    tensor ``_host``) whose ``resize_`` works as on CUDA, where FSDP2 frees and re-allocates
+    unsharded parameters with ``untyped_storage().resize_(0)`` / ``resize_(nbytes)``.
+
+    PyTorch refuses ``resize_`` on a placeholder of nonzero size before any device code runs,
+    so the resize is done here: the placeholder takes the new size through the device's C++
+    storage hook, and the memory books re-book the bytes. The host storage only ever grows:
+    a freed tensor read by mistake then sees stale values instead of crashing the interpreter
+    (a CPU kernel on a 0-byte storage segfaults), and FSDP2 overwrites the re-allocated bytes
+    with its all-gather before reading them.
+    """
+
+    _host: torch.Tensor
+
+    def resize_(self, size: int) -> DeviceStorage:
+        size = int(size)
+        if self.device.type != torch._C._get_privateuse1_backend_name():
+            raise RuntimeError(
+                f"resize_() of a {self.device.type} tensor's storage is not supported on the "
+                f"simulated device; resize the tensor instead (t.resize_(...))")
+        host = self._host
+        pool = POOLS.get(self.device.type)
+        if pool is not None and host.__class__ is torch.Tensor:
+            pool.resize(host, size)
+        if size > host.untyped_storage().nbytes():
+            host.untyped_storage().resize_(size)
+        # A throwaway wrapper sharing this placeholder carries it to the C++ hook.
+        alias = DeviceTensor(torch.empty(0, dtype=torch.uint8), self.device)
+        _SET_STORAGE.redispatch(_META, alias, self, 0, [0], [1])
+        _RESIZE_STORAGE_BYTES.redispatch(_PRIVATEUSE1, alias, size)
+        return self
 
 
 def carry_math_bits(wrapper: DeviceTensor) -> DeviceTensor:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import FakeProcessGroup
 
@@ -47,7 +48,12 @@ def create_process_group(common_opts, backend_opts) -> NeuronProcessGroup:
         exchange = FakeProcessGroup._create_internal(rank, size)
     else:
         exchange = dist.ProcessGroupGloo(common_opts.store, rank, size, common_opts.timeout)
-    return NeuronProcessGroup(exchange, rank, size, topology)
+    group = NeuronProcessGroup(exchange, rank, size, topology)
+    # c10d keeps a group's name on its backends (``_set_group_name`` writes it to each, and
+    # ``group_name`` reads the first): without one, DeviceMesh and FSDP2 find "name not set".
+    # Collectives still go through NeuronProcessGroup's Python overrides, which report them.
+    group._register_backend(torch.device(BACKEND_NAME), dist.ProcessGroup.BackendType.CUSTOM, exchange)
+    return group
 
 
 def is_registered() -> bool:

@@ -162,4 +162,12 @@ def test_neuron_events_read_the_recording_simulator_clock(neuron):
     with torch.neuron.stream(stream):
         pass
     with pytest.raises(RuntimeError, match="no simulator is recording"):
-        torch.neuron.Event().record()
+        torch.neuron.Event(enable_timing=True).record()
+
+
+def test_an_event_without_timing_records_outside_a_profile():
+    # FSDP2 records such events around its all-gathers, profiled or not.
+    event = torch.neuron.Event()
+    event.record()
+    event.synchronize()
+    assert event.query()
