@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 
 from backend.distributed import BACKEND_NAME, TOPOLOGY_ENV, NeuronOptions
 
-__all__ = ["launch", "fake_world", "distributed_info", "RANK_TRACE"]
+__all__ = ["launch", "fake_world", "RANK_TRACE"]
 
 RANK_TRACE = "rank{rank}.json"          # the file each rank writes under ``launch(trace_dir=...)``
 
@@ -27,13 +27,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def distributed_info() -> dict | None:
-    """Rank, world size and backend of the default process group; None when none is initialised."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return None
-    return {"rank": dist.get_rank(), "world_size": dist.get_world_size(), "backend": str(dist.get_backend())}
 
 
 def _traced(fn, rank: int, trace_dir: str):

@@ -154,7 +154,7 @@ def _records(table: dict) -> list:
 def _distributed_info(profile) -> dict:
     """HTA's ``distributedInfo``: the process group the profile ran in (recorded when it started),
     else the one initialised now, else a world of one."""
-    from workbench.distributed import distributed_info
+    from backend.distributed import distributed_info
     return dict(profile.meta.get("distributed") or distributed_info() or SINGLE_PROCESS)
 
 

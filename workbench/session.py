@@ -135,7 +135,7 @@ class ProfileSession:
         if self.timing_only:
             self._stack.enter_context(timing_only())    # tensors made in the block hold no values
         self.profile.meta["timing_only"] = is_timing_only()   # also when the mode was already on
-        from workbench.distributed import distributed_info
+        from backend.distributed import distributed_info
         if (rank_info := distributed_info()) is not None:
             self.profile.meta["distributed"] = rank_info       # the group may be gone by export time
         self._stack.enter_context(recording(self.sink, with_source=self.source))

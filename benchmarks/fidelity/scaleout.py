@@ -13,19 +13,17 @@ one per rank, as NeuronX Distributed's KV replication does when TP exceeds the K
 
 Ranks are NeuronCores and trn1.32xlarge has two per chip, so a TP32 group is one instance: the
 collectives are priced on the trn1.32xlarge preset seen per core (``core_topology``): 32
-devices per node, each with its chip's link bandwidth -- in a ring through both cores of every
-chip, one of the two hops per chip crosses NeuronLink, so each ring step still has the chip's
-bandwidth. Deep models are extrapolated from one and two layers as in ``workloads``; the band
+devices per node, each with its chip's link bandwidth (``backend.sim.topology.per_core``). Deep models are extrapolated from one and two layers as in ``workloads``; the band
 varies the compute assumptions (``time_band``) and the topology's assumed step latencies.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 from backend.sim.collectives import collective_cost
 from backend.sim.sensitivity import PRESET, Effect, Knob, TimeBand, time_band
-from backend.sim.topology import Topology, get_topology
+from backend.lowering.collectives import priced_on
+from backend.sim.topology import Topology, get_topology, per_core
 from benchmarks.fidelity.workloads import LLAMA_8B
 
 __all__ = ["core_topology", "tp_llama_records", "llama_pretraining_row", "llama_decode_row", "TRN1_CORES_PER_CHIP"]
@@ -35,10 +33,8 @@ TP = 32                         # the published rows: TP32 over one trn1.32xlarg
 
 
 def core_topology(name: str = "trn1.32xlarge", cores_per_chip: int = TRN1_CORES_PER_CHIP, **changes) -> Topology:
-    """A chip topology seen by ranks that are NeuronCores: ``cores_per_chip`` times the devices
-    per node, each with its chip's link bandwidth (see the module note); ``changes`` are what-ifs."""
-    chip = get_topology(name)
-    return chip.derive(f"{chip.name}/core", devices_per_node=chip.devices_per_node * cores_per_chip, **changes)
+    """The chip topology seen by NeuronCore ranks (``backend.sim.topology.per_core``)."""
+    return per_core(name, cores_per_chip, **changes)
 
 
 def _megatron_functions():
@@ -121,13 +117,6 @@ def _shards(tp: int, requires_grad: bool, **dims):
             torch.empty(d, **make), torch.empty(d, **make)]
 
 
-def _with_topology(records, topology: Topology) -> list:
-    """The records with every collective priced on ``topology`` (the process group names a stock
-    preset; the per-core view of it is applied here)."""
-    return [dataclasses.replace(r, attrs={**r.attrs, "topology": topology}) if "collective" in r.attrs else r
-            for r in records]
-
-
 def tp_llama_records(layers: int, *, mode: str, tp: int = TP, seq: int = 8192, batch: int = 1,
                      context: int = 0, target: str = "trn1", **dims) -> list:
     """Rank 0's op records for ``layers`` TP-sharded Llama blocks and the vocab-parallel head.
@@ -193,8 +182,8 @@ def _scaleout_band(build: Callable[[int], list], layers: int, target) -> TimeBan
 
     def run(compute_target, topology: Topology = core_topology()) -> float:
         from backend.lowering.timeline import replay
-        t1 = replay(_with_topology(one, topology), compute_target)
-        return t1 + (layers - 1) * (replay(_with_topology(two, topology), compute_target) - t1)
+        t1 = replay(priced_on(one, topology), compute_target)
+        return t1 + (layers - 1) * (replay(priced_on(two, topology), compute_target) - t1)
 
     band = time_band(run, target)
     effects, low, high = list(band.effects), band.low_ns, band.high_ns

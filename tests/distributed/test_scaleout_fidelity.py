@@ -5,7 +5,8 @@ import pytest
 
 from backend.lowering.timeline import replay
 from backend.sim.collectives import collective_cost
-from benchmarks.fidelity.scaleout import _with_topology, core_topology, tp_llama_records
+from backend.lowering.collectives import priced_on
+from benchmarks.fidelity.scaleout import core_topology, tp_llama_records
 
 TINY = dict(tp=4, d=512, heads=4, kv_heads=4, ffn=1024, vocab=1024)
 
@@ -47,4 +48,4 @@ def test_collectives_priced_on_the_per_core_topology(caplog):
     caplog.set_level(logging.ERROR)
     records = tp_llama_records(1, mode="decode", batch=2, context=64, **TINY)
     slow = core_topology(intra_latency_ns=5000.0)
-    assert replay(_with_topology(records, slow), "trn1") > replay(_with_topology(records, core_topology()), "trn1")
+    assert replay(priced_on(records, slow), "trn1") > replay(priced_on(records, core_topology()), "trn1")
