@@ -181,11 +181,13 @@ def _step(model_fn, inputs, world: int, plan: str, loss_fn) -> int:
     with torch.device("meta"):
         model = model_fn()
     params = _ShardedParameters(model, world, plan)
-    args = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
-    args = [a.to("neuron") if isinstance(a, torch.Tensor) else a for a in args]
+    def on_device(a):
+        return a.to("neuron") if isinstance(a, torch.Tensor) else a
+    kwargs = {k: on_device(v) for k, v in inputs.items()} if isinstance(inputs, dict) else {}
+    args = [] if kwargs else [on_device(a) for a in (inputs if isinstance(inputs, (tuple, list)) else (inputs,))]
     optimizer = torch.optim.AdamW(params.shards)
     with torch.autograd.graph.saved_tensors_hooks(params.pack, params.unpack):
-        out = model(*args)
+        out = model(*args, **kwargs)
         loss = loss_fn(out) if loss_fn is not None else (out[0] if isinstance(out, (tuple, list)) else out).float().mean()
     loss.backward()
     optimizer.step()
@@ -199,7 +201,7 @@ def fit_chips(model_fn, inputs, target: str = "trn2", plan: str = "fsdp", *, hbm
 
     ``model_fn``: builds the model (called under ``torch.device("meta")``, so nothing is
     allocated on the host); ``inputs``: one rank's micro-batch (a tensor or a tuple of
-    arguments); ``hbm_bytes``: a what-if HBM per NeuronCore; ``loss_fn``: output -> scalar
+    arguments, or a dict of keyword arguments); ``hbm_bytes``: a what-if HBM per NeuronCore; ``loss_fn``: output -> scalar
     (default: the mean of the output).
     """
     if plan not in PLANS:

@@ -36,3 +36,15 @@ def test_ddp_replicas_never_fit_where_fsdp_does(caplog):
 def test_unknown_plan_is_rejected():
     with pytest.raises(ValueError, match="unknown plan"):
         fit_chips(_model, torch.randn(2, 512), plan="pipeline")
+
+
+def test_migration_report_shows_the_chip_fit_when_asked(caplog):
+    caplog.set_level(logging.ERROR)
+    model = _model()
+    report = wb.migration_report(model, torch.randn(16, 512), target="trn2", compile=False,
+                                 fit_chips={"plan": "fsdp", "hbm_bytes": 12 * MiB, "max_chips": 1})
+    assert report.chip_fit.ranks > 1 and "chips" in report.to_frames()
+    from workbench.migration.view import sections
+    assert "Smallest fit under fsdp: 1 chip(s)" in sections(report)["chips"]
+    plain = wb.migration_report(model, torch.randn(16, 512), target="trn2", compile=False)
+    assert plain.chip_fit is None and "chips" not in sections(plain)

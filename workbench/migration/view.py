@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from workbench.figures.style import KIND_COLOURS, base_layout, empty_figure, palette
 from workbench.format import fmt_bytes, fmt_time_s
 from workbench.html_parts import REPORT_STYLE
+from workbench.migration.chips import chips_sections
 from workbench.migration.memory import CATEGORIES
 
 __all__ = ["findings", "report_figures", "sections", "report_html", "widget"]
@@ -195,6 +196,7 @@ def sections(report) -> dict:
         "memory": (f"<p class='note'>{html.escape(mem.note)}</p>"
                    + _frame_html(mem.to_frame(), {"bytes": fmt_bytes})
                    + _frame_html(mem.batches, {"estimated_peak_bytes": fmt_bytes})),
+        **chips_sections(report),
     }
 
 
