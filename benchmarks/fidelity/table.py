@@ -1,5 +1,5 @@
 """The fidelity table: every published result in shared/hardware.md the simulator can run on one
-core, predicted against published, with the error band from ``backend.sim.sensitivity``.
+core (or, for multi-chip jobs, as rank 0 of a fake world: ``scaleout``), predicted against published, with the error band from ``backend.sim.sensitivity``.
 
 Rows that cannot run yet are printed with the reason, never dropped. Nothing is tuned per row:
 every prediction comes from the same presets, assumptions, lowering and scheduler.
