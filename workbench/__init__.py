@@ -52,6 +52,7 @@ _LAZY = {
     "cost": "workbench.pricing",
     "cost_table": "workbench.pricing",
     "sweep": "workbench.sweeps",
+    "fit_chips": "workbench.fit",
 }
 __all__ = ["__version__", "figures", *_LAZY]
 

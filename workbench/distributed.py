@@ -11,13 +11,16 @@ from __future__ import annotations
 import os
 import pickle
 import socket
+from pathlib import Path
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from backend.distributed import BACKEND_NAME, TOPOLOGY_ENV, NeuronOptions
 
-__all__ = ["launch", "fake_world"]
+__all__ = ["launch", "fake_world", "RANK_TRACE"]
+
+RANK_TRACE = "rank{rank}.json"          # the file each rank writes under ``launch(trace_dir=...)``
 
 
 def _free_port() -> int:
@@ -26,30 +29,45 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_rank(rank, fn, nprocs, args, backend, environment, results):
+def _traced(fn, rank: int, trace_dir: str):
+    """``fn`` run under a profile whose Chrome trace the rank writes as ``trace_dir/rank<N>.json``."""
+    from workbench.session import profile
+
+    def run(*args):
+        with profile(source=False) as prof:
+            result = fn(*args)
+        prof.export_chrome_trace(Path(trace_dir) / RANK_TRACE.format(rank=rank))
+        return result
+    return run
+
+
+def _run_rank(rank, fn, nprocs, args, backend, environment, results, trace_dir=None):
     os.environ.update(environment)      # in the rank's process only: the caller's stays as it was
     dist.init_process_group(backend, rank=rank, world_size=nprocs)
     try:
+        run = fn if trace_dir is None else _traced(fn, rank, trace_dir)
         # Pickled by value here: tensors would otherwise travel as shared-memory handles that die
         # with this process before the caller reads them.
-        results.put((rank, pickle.dumps(fn(rank, nprocs, *args))))
+        results.put((rank, pickle.dumps(run(rank, nprocs, *args))))
     finally:
         dist.destroy_process_group()
 
 
 def launch(fn, nprocs: int, *args, backend: str = BACKEND_NAME, topology: str | None = None,
-           start_method: str = "fork") -> list:
+           start_method: str = "fork", trace_dir=None) -> list:
     """Run ``fn(rank, nprocs, *args)`` on ``nprocs`` ranks; returns their results by rank.
 
     ``backend="gloo"`` runs the same function on plain CPU ranks, for comparison. ``start_method``
     "fork" lets a function defined in a notebook run; "spawn" needs an importable one. Results
-    must pickle.
+    must pickle. ``trace_dir``: each rank profiles ``fn`` and writes its Chrome/Perfetto trace
+    there as ``rank<N>.json`` (with ``distributedInfo``, for Holistic Trace Analysis).
     """
     environment = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     if topology is not None:
         environment[TOPOLOGY_ENV] = topology
     results = mp.get_context(start_method).SimpleQueue()
-    ranks = mp.start_processes(_run_rank, args=(fn, nprocs, args, backend, environment, results), nprocs=nprocs,
+    ranks = mp.start_processes(_run_rank, args=(fn, nprocs, args, backend, environment, results,
+                                                   None if trace_dir is None else str(trace_dir)), nprocs=nprocs,
                                start_method=start_method, join=False)
     by_rank: dict = {}
     finished = False

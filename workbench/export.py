@@ -39,6 +39,9 @@ DEVICE_PID, OPS_PID = 1, 2
 _COUNTER_BINS = 400
 
 
+SINGLE_PROCESS = {"rank": 0, "world_size": 1, "backend": "neuron"}
+
+
 def _us(ns) -> np.ndarray:
     """ns -> us rounded to whole ns, so ends and starts compare exactly after the division."""
     return np.round(np.asarray(ns, dtype=np.float64)) / 1000.0
@@ -148,6 +151,13 @@ def _records(table: dict) -> list:
     return [dict(zip(columns, row)) for row in table["rows"]]
 
 
+def _distributed_info(profile) -> dict:
+    """HTA's ``distributedInfo``: the process group the profile ran in (recorded when it started),
+    else the one initialised now, else a world of one."""
+    from backend.distributed import distributed_info
+    return dict(profile.meta.get("distributed") or distributed_info() or SINGLE_PROCESS)
+
+
 def chrome_trace_dict(profile, *, max_events: int | None = None, full: bool = False) -> dict:
     """The trace file's content as a dict (see the module docstring)."""
     trace = profile.trace
@@ -169,7 +179,7 @@ def chrome_trace_dict(profile, *, max_events: int | None = None, full: bool = Fa
                               "peak_flops_per_s": trace.peak_flops_per_s,
                               "hbm_bytes_per_s": trace.hbm_bytes_per_s, "engines": engines}],
         "schemaVersion": 1,
-        "distributedInfo": {"rank": 0, "world_size": 1, "backend": "neuron"},
+        "distributedInfo": _distributed_info(profile),
         "workbench": {
             "format": FORMAT, "version": 1, "trace": trace_header(trace),
             "ops": _columnar(trace.to_records()), "summary": json_safe(profile.summary),

@@ -150,6 +150,9 @@ class ProfileSession:
         if self.timing_only:
             self._stack.enter_context(timing_only())    # tensors made in the block hold no values
         self.profile.meta["timing_only"] = is_timing_only()   # also when the mode was already on
+        from backend.distributed import distributed_info
+        if (rank_info := distributed_info()) is not None:
+            self.profile.meta["distributed"] = rank_info       # the group may be gone by export time
         self._stack.enter_context(recording(self.sink, with_source=self.source))
         self.sampler = _Sampler(self.sink, RUNS_ON.get(self.device, self.device), self.on_op)
         self._stack.enter_context(recording(self.sampler, with_source=self.source))   # shares the simulator's record

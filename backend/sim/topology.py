@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from backend.sim.spec import ASSUMPTION, HardwareConfig, spec
 
-__all__ = ["Topology", "TOPOLOGIES", "DEFAULT_TOPOLOGY", "get_topology", "list_topologies"]
+__all__ = ["Topology", "TOPOLOGIES", "DEFAULT_TOPOLOGY", "get_topology", "list_topologies", "per_core"]
 
 _SCALE_OUT = "shared/hardware.md Scale-out table"
 _NCCL_TUNING = ("NCCL src/graph/tuning.cc hwLat, per ring step: NVLink 0.47 us (LL) .. 3.4 us "
@@ -114,3 +114,14 @@ def get_topology(topology: str | Topology | None = None) -> Topology:
         raise ValueError(f"unknown topology {topology!r}; known: {', '.join(sorted(TOPOLOGIES))} "
                          f"(aliases: {', '.join(sorted(_ALIASES))})")
     return found
+
+
+def per_core(topology: str | Topology, cores_per_chip: int, **changes) -> Topology:
+    """``topology`` seen by ranks that are NeuronCores, ``cores_per_chip`` to a chip: that many
+    times the devices per node, each with its chip's link bandwidth -- a ring through both (all)
+    cores of every chip crosses the chip's links once per chip, so each ring step still has the
+    chip's bandwidth. ``changes`` are what-ifs on the result."""
+    chip = get_topology(topology)
+    if cores_per_chip == 1 and not changes:
+        return chip
+    return chip.derive(f"{chip.name}/core", devices_per_node=chip.devices_per_node * cores_per_chip, **changes)

@@ -1,5 +1,5 @@
 """The fidelity table: every published result in shared/hardware.md the simulator can run on one
-core, predicted against published, with the error band from ``backend.sim.sensitivity``.
+core (or, for multi-chip jobs, as rank 0 of a fake world: ``scaleout``), predicted against published, with the error band from ``backend.sim.sensitivity``.
 
 Rows that cannot run yet are printed with the reason, never dropped. Nothing is tuned per row:
 every prediction comes from the same presets, assumptions, lowering and scheduler.
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from backend.sim import get_target
 from backend.sim.presets import NeuronConfig
 from backend.sim.sensitivity import TimeBand, format_ns, time_band
-from benchmarks.fidelity import kernels, workloads
+from benchmarks.fidelity import kernels, scaleout, workloads
 
 __all__ = ["Row", "neuron_rows", "gpu_rows", "format_table"]
 
@@ -95,8 +95,8 @@ def neuron_rows() -> list[Row]:
     rows.append(_timed("BERT-large pretraining step per core (s128 mb16 bf16, trn1)", bert, trn1, 133.8e6,
                        "eager op stream fwd+bwd+AdamW, 24 layers from 1 and 2; allreduce excluded"))
     rows += [
-        Row("Llama-3-8B decode, time per output token (TP32, trn1)", None, 9.95e6,
-            note="needs scale-out (issue 13): a TP32 shard's 64 allreduces per token are the critical path"),
+        scaleout.llama_pretraining_row(),
+        scaleout.llama_decode_row(),
         _timed("LoRA fine-tune Llama-3.1-8B step per core (s2048 mb1 bf16, trn1)",
                workloads.per_layer_run(workloads.lora_llama_step, workloads.LLAMA_8B["layers"]), trn1,
                2 * 2048 / 2952 * 1e9,

@@ -47,3 +47,21 @@ def test_collectives_are_not_recorded_for_host_tensors(world_1024):
 def test_backend_is_registered_for_the_neuron_device():
     assert dist.Backend.default_device_backend_map.get("neuron") == BACKEND_NAME
     assert BACKEND_NAME in dist.Backend.backend_list
+
+
+def test_chrome_trace_names_the_rank_of_the_world_it_ran_in(world_1024, neuron, tmp_path):
+    import json
+    with wb.profile() as prof:
+        dist.all_reduce(torch.ones(8, device=neuron))
+    dist.destroy_process_group()                 # exported after the group is gone: the profile kept it
+    data = json.loads(prof.export_chrome_trace(tmp_path / "rank0.json").read_text())
+    assert data["distributedInfo"] == {"rank": 0, "world_size": 1024, "backend": "neuron"}
+    fake_world(1024, topology="trn2.48xlarge")  # the fixture tears a group down
+
+
+def test_chrome_trace_outside_a_process_group_is_a_world_of_one(neuron, tmp_path):
+    import json
+    with wb.profile() as prof:
+        torch.ones(8, device=neuron) + 1
+    data = json.loads(prof.export_chrome_trace(tmp_path / "t.json").read_text())
+    assert data["distributedInfo"] == {"rank": 0, "world_size": 1, "backend": "neuron"}

@@ -1,4 +1,6 @@
 """``workbench.distributed.launch``: ranks' results come back by rank, however large."""
+import json
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -20,3 +22,18 @@ def test_launch_returns_each_ranks_result_in_rank_order():
     assert [(r, w) for r, w, _ in results] == [(0, 2), (1, 2)]
     for _, _, t in results:
         assert t.shape == (2**18,) and t[0].item() == 1.0
+
+
+def _one_collective(rank, world):
+    t = torch.ones(64, device="neuron")
+    dist.all_reduce(t)
+    return t.sum().item()
+
+
+def test_each_rank_writes_its_trace_with_distributed_info(tmp_path):
+    results = launch(_one_collective, 2, start_method="spawn", trace_dir=tmp_path)
+    assert results == [128.0, 128.0]
+    for rank in range(2):
+        data = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert data["distributedInfo"] == {"rank": rank, "world_size": 2, "backend": "neuron"}
+        assert any(ev.get("name") == "collective::all_reduce" for ev in data["traceEvents"])

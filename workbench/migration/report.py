@@ -17,6 +17,7 @@ from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET, get_t
 from workbench.migration.compile import CompileReadiness, compile_readiness
 from workbench.migration.memory import MemoryFit, fit_memory, measure_memory
 from backend.device.timing_only import timing_only as timing_only_mode
+from workbench.migration.chips import fit_for_report
 from workbench.migration.numerics import DEFAULT_DRIFT_THRESHOLD, Numerics, layer_drift, not_compared
 from workbench.migration.perf import coverage_table, performance_table, time_breakdown
 from workbench.migration.run import batch_size, call_args, float_dtype, record_step, roomy_device
@@ -49,6 +50,7 @@ class MigrationReport:
     baseline_device: str = "cuda"
     items_per_step: float = 0.0                      # tokens (or samples) one step processes
     items_unit: str = "samples"
+    chip_fit: object = None                          # workbench.fit.ChipFit, when fit_chips was asked
 
     # -- derived ---------------------------------------------------------------------------
     @property
@@ -77,7 +79,8 @@ class MigrationReport:
         return {"coverage": self.coverage, "numerics": self.numerics.layers, "graph_breaks": self.compile.breaks,
                 "recompiles": self.compile.recompiles, "performance": self.performance,
                 "time_breakdown": self.time_breakdown, "memory": self.memory.to_frame(),
-                "batch_sizes": self.memory.batches}
+                "batch_sizes": self.memory.batches,
+                **({"chips": self.chip_fit.tried} if self.chip_fit is not None else {})}
 
     # -- views -----------------------------------------------------------------------------
     def figures(self) -> dict:
@@ -154,7 +157,7 @@ def migration_report_for(namespace: dict, model: str = "model", inputs: str = "x
 def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEURON_TARGET, baseline: str = DEFAULT_GPU_TARGET, *,
                      training: bool = True, batch_sizes=None, drift_threshold: float = DEFAULT_DRIFT_THRESHOLD,
                      loss_fn=None, optimizer=None, compile: bool = True, band: bool = False,
-                     timing_only: bool = False) -> MigrationReport:
+                     timing_only: bool = False, fit_chips=None) -> MigrationReport:
     """Report what moving ``model`` from ``baseline`` (a GPU preset) to ``target`` would take.
 
     ``example_inputs``: a tensor, a tuple of positional arguments or a dict of keyword arguments;
@@ -173,6 +176,9 @@ def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEUR
     (``Profile.time_band()``, NeuronCore targets: about two replays of the step per assumption).
     ``timing_only``: the replicas hold shapes but no values (``torch.neuron.timing_only()``), for
     models larger than the host; every answer but numerics (which compares values) is the same.
+    ``fit_chips``: also find the smallest number of chips the training step fits on, and its step
+    time there -- a plan ("fsdp", "ddp") or a dict of ``wb.fit_chips`` keywords (``hbm_bytes``
+    for a what-if HBM, ``max_chips``); the "chips" section shows it.
     """
     start = time.perf_counter()
     target_side, baseline_side = cost_target(target, "neuron"), cost_target(baseline, "cuda")
@@ -217,5 +223,8 @@ def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEUR
         else:
             log.info("no timing error band for %s %s: only NeuronCore profiles replay", target_side.device,
                      target_side.name)
+    if fit_chips is not None:
+        report.chip_fit = fit_for_report(model, args, kwargs, cfg, fit_chips)
+        report.wall_time_s = time.perf_counter() - start
     log.info("migration report of %s in %.1f s", report.model_name, report.wall_time_s)
     return report

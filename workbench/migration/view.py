@@ -14,6 +14,7 @@ from workbench.figures.price import price_performance_figure
 from workbench.figures.style import KIND_COLOURS, base_layout, empty_figure, palette
 from workbench.format import fmt_bytes, fmt_time_s, fmt_usd
 from workbench.html_parts import REPORT_STYLE
+from workbench.migration.chips import chips_sections
 from workbench.migration.memory import CATEGORIES
 from workbench.migration.price import price_line, timing_notes
 
@@ -202,6 +203,7 @@ def sections(report) -> dict:
         "memory": (f"<p class='note'>{html.escape(mem.note)}</p>"
                    + _frame_html(mem.to_frame(), {"bytes": fmt_bytes})
                    + _frame_html(mem.batches, {"estimated_peak_bytes": fmt_bytes})),
+        **chips_sections(report),
     }
 
 

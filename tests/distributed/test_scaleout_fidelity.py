@@ -1,0 +1,51 @@
+"""The multi-chip fidelity rows' workload: rank 0 of a fake TP world running a Megatron shard."""
+import logging
+
+import pytest
+
+from backend.lowering.timeline import replay
+from backend.sim.collectives import collective_cost
+from backend.lowering.collectives import priced_on
+from benchmarks.fidelity.scaleout import core_topology, tp_llama_records
+
+TINY = dict(tp=4, d=512, heads=4, kv_heads=4, ffn=1024, vocab=1024)
+
+
+def _collectives(records):
+    return [r for r in records if "collective" in r.attrs]
+
+
+def test_train_shard_issues_megatrons_all_reduces_per_block(caplog):
+    caplog.set_level(logging.ERROR)
+    one, two = (tp_llama_records(n, mode="train", seq=256, **TINY) for n in (1, 2))
+    per_block = len(_collectives(two)) - len(_collectives(one))
+    assert per_block == 4                                   # attention and MLP, forward and backward
+    assert any(r.outputs[0].shape == (256, 3 * 128) for r in two if r.name == "aten::mm")   # q/k/v: 1 head of 4
+    assert {r.attrs["ranks"] for r in _collectives(two)} == {4}
+    assert {r.attrs["nbytes"] for r in _collectives(two) if r.attrs["collective"] == "all_reduce"} \
+        >= {256 * 512 * 2}                                  # the bf16 activations of the block
+
+
+def test_decode_step_reads_the_kv_cache_and_reduces_twice_per_block(caplog):
+    caplog.set_level(logging.ERROR)
+    one, two = (tp_llama_records(n, mode="decode", batch=2, context=64, **TINY) for n in (1, 2))
+    assert len(_collectives(two)) - len(_collectives(one)) == 2
+    assert [r.attrs["collective"] for r in _collectives(one)][-1] == "all_gather"     # vocab-parallel logits
+    attention = [r for r in one if "flash_attention" in r.name]
+    assert attention and attention[0].inputs[1].shape == (2, 1, 64, 128)
+
+
+def test_core_topology_keeps_a_tp32_group_inside_one_trn1_instance():
+    cores = core_topology()
+    assert cores.devices_per_node == 32 and cores.intra_bytes_per_s == 192e9
+    inside = collective_cost("all_reduce", 1 << 20, 32, cores)
+    assert {p.level for p in inside.phases} == {"intra"}
+    chips = collective_cost("all_reduce", 1 << 20, 32, "trn1.32xlarge")
+    assert chips.time_ns > inside.time_ns                  # counted per chip, 32 ranks would span 2 nodes
+
+
+def test_collectives_priced_on_the_per_core_topology(caplog):
+    caplog.set_level(logging.ERROR)
+    records = tp_llama_records(1, mode="decode", batch=2, context=64, **TINY)
+    slow = core_topology(intra_latency_ns=5000.0)
+    assert replay(priced_on(records, slow), "trn1") > replay(priced_on(records, core_topology()), "trn1")
