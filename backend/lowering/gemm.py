@@ -125,8 +125,9 @@ def plan_blocked_gemm(shape: TensorEngineGemm, target: NeuronConfig) -> BlockedG
                 bm, bn, bk = ceil(m_tiles / n_mb), ceil(n_tiles / n_nb), ceil(k_tiles / n_kb)
                 a_blk, b_blk = bk * tk * bm * tm * s, bk * tk * bn * tn * s // shape.b_reuse
                 out_blk = bm * tm * bn * tn
-                # transposed copies are double-buffered too: the next step's are made one step ahead
-                footprint = (2 * (a_blk + b_blk) + 2 * (a_blk * shape.a_transposed + b_blk * shape.b_transposed)
+                # (the transposed copies' second buffer, for the step prepared ahead, is not counted:
+                # the plan's SBUF budget fraction leaves room for it)
+                footprint = (2 * (a_blk + b_blk) + a_blk * shape.a_transposed + b_blk * shape.b_transposed
                              + (out_blk * 4 if n_kb > 1 else 0) + 2 * out_blk * s_out)
                 if footprint > budget and not (bm == bn == bk == 1):
                     continue
