@@ -185,15 +185,23 @@ def _mamba_layer(delta, A, B, u, C):
     return (C[:, None, :, :] * scan).sum(dim=-2)
 
 
-def mamba_workload(target: str = "trn1", batch: int = 1, seq: int = 512, channels: int = 256, state: int = 16):
-    """(workload, target config) of the Mamba layer run eagerly with torch on ``neuron``."""
+def mamba_workload(target: str = "trn1", batch: int = 1, seq: int = 512, channels: int = 256, state: int = 16,
+                   compiled: bool = False):
+    """(workload, target config) of the Mamba layer run with torch on ``neuron``: eagerly, or
+    through ``torch.compile(backend="neuron")`` (Dynamo unrolls the scan; the kept call is the
+    second, after compilation)."""
     import torch
     from workbench.session import profile
     torch.manual_seed(0)
+    dev = dict(device="neuron", dtype=torch.float32)
+    delta, u = torch.rand(batch, channels, seq, **dev), torch.rand(batch, channels, seq, **dev)
+    A = -torch.rand(channels, state, **dev)
+    B, C = torch.rand(batch, state, seq, **dev), torch.rand(batch, state, seq, **dev)
+    layer = _mamba_layer
+    if compiled:
+        torch._dynamo.reset()
+        layer = torch.compile(_mamba_layer, backend="neuron")
+        layer(delta, A, B, u, C)
     with profile(target=target, source=False) as prof:
-        dev = dict(device="neuron", dtype=torch.float32)
-        delta, u = torch.rand(batch, channels, seq, **dev), torch.rand(batch, channels, seq, **dev)
-        A = -torch.rand(channels, state, **dev)
-        B, C = torch.rand(batch, state, seq, **dev), torch.rand(batch, state, seq, **dev)
-        _mamba_layer(delta, A, B, u, C)
+        layer(delta, A, B, u, C)
     return prof.workload, prof.workload_target
