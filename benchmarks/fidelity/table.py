@@ -109,7 +109,7 @@ def neuron_rows() -> list[Row]:
     rows.append(_timed("Mamba layer, PyTorch reference form, compiled (trn1)", lambda t: _replay(workload, t), target,
                        151.83e6, f"torch.compile(backend='neuron'), {len(workload)} kernels: Dynamo unrolls the "
                        "scan and functionalises each in-place `scan[..., i] = ...` into a select_scatter of the "
-                       "whole 8 MiB state, costed as bandwidth-bound copies; the tutorial's profile of the "
+                       "whole 8 MiB state, which has no lowering and is costed as a host fallback; the tutorial's profile of the "
                        "compiled form shows sparse compute and DMA at 0.33% utilisation with spill/reload "
                        "queues busy -- latency-bound tiny transfers, which the compiled path does not model"))
     bert = workloads.per_layer_run(workloads.bert_pretraining_step, workloads.BERT_LARGE["layers"])
