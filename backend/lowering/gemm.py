@@ -125,6 +125,8 @@ def plan_blocked_gemm(shape: TensorEngineGemm, target: NeuronConfig) -> BlockedG
                 bm, bn, bk = ceil(m_tiles / n_mb), ceil(n_tiles / n_nb), ceil(k_tiles / n_kb)
                 a_blk, b_blk = bk * tk * bm * tm * s, bk * tk * bn * tn * s // shape.b_reuse
                 out_blk = bm * tm * bn * tn
+                # (the transposed copies' second buffer, for the step prepared ahead, is not counted:
+                # the plan's SBUF budget fraction leaves room for it)
                 footprint = (2 * (a_blk + b_blk) + a_blk * shape.a_transposed + b_blk * shape.b_transposed
                              + (out_blk * 4 if n_kb > 1 else 0) + 2 * out_blk * s_out)
                 if footprint > budget and not (bm == bn == bk == 1):
@@ -183,7 +185,6 @@ def emit_gemm(ctx: OpContext, shape: TensorEngineGemm, plan: BlockedGemmPlan, a:
         firsts = sum(1 for i in range(start, start + count) if i % inner_n == 0)
         return (firsts, count) if plan.m_outer else (count, firsts)
 
-    step_hist: list[int] = []     # last matmul of each K step, for double-buffered operand blocks
     evac_hist: list[int] = []     # evacuation entries in order, for PSUM bank reuse
     store_hist: list[int] = []
     acc_prev: dict[int, int] = {}
@@ -193,48 +194,80 @@ def emit_gemm(ctx: OpContext, shape: TensorEngineGemm, plan: BlockedGemmPlan, a:
     a_rows, a_row = (plan.bm * tm, plan.bk * tk * s_hbm) if shape.a_transposed else (plan.bk * tk, plan.bm * tm * s_hbm)
     b_rows, b_row = (plan.bn * tn, plan.bk * tk * s_hbm) if shape.b_transposed else (plan.bk * tk, plan.bn * tn * s_hbm)
     cast = s_hbm / s                # HBM bytes per SBUF byte of an operand block
+    steps = []                    # (group, blocks in it, A loads, B loads, K group, K blocks in it)
     for g, r in enumerate(split_even(blocks, assumptions.value("gemm.max_block_groups"))):
         a_loads, b_loads = loads_in(start, r)
         start += r
-        k_groups = split_even(n_kb, assumptions.value("gemm.max_k_steps"))
-        last_evacs: list[int] = []
-        for kg, kr in enumerate(k_groups):
-            war = (step_hist[-2],) if len(step_hist) >= 2 else ()
-            a_ids = _load_operand(ctx, a, a_loads * kr, a_blk_bytes // shape.a_blocks, cast, a_rows, a_row,
-                                  shape.a_transposed, plan.bm * plan.bk, tm, tk, shape.dtype, war, ready_a)
-            b_ids = _load_operand(ctx, b, b_loads * kr, b_blk_bytes, cast, b_rows, b_row, shape.b_transposed,
-                                  plan.bn * plan.bk * ceil(tn / tk), tk, tk, shape.dtype, war, ready_b,
-                                  shape.b_copies)
-            if a_ids:
-                ready_a_step = a_ids
-            if b_ids:
-                ready_b_step = b_ids
-            first, last = kg == 0, kg == len(k_groups) - 1
-            subs = split_even(ceil(out_tiles / psum_tiles), assumptions.value("gemm.max_psum_groups_per_step"))
-            tiles_left = out_tiles
-            for j, n_groups in enumerate(subs):
-                tiles = min(tiles_left, n_groups * psum_tiles)
-                tiles_left -= tiles
-                bank_war = (evac_hist[-2],) if len(evac_hist) >= 2 else ()
-                mm = bld.matmul(k=tk, m=tm, n=tn, dtype=shape.dtype, repeat=r * kr * plan.bk * tiles,
-                                deps=(*ready_a_step, *ready_b_step, *bank_war))
-                deps = [mm, *bias_ids]
-                if j in acc_prev and not first:
-                    deps.append(acc_prev[j])
-                if last and len(store_hist) >= 2:
-                    deps.append(store_hist[-2])
-                accumulate = n_kb > 1 and not first
-                engine = "vector" if (accumulate or row_bias or j % 2 == 0) else "scalar"
-                opcode = "tensor_tensor" if (accumulate or row_bias) else (
-                    ("tensor_scalar" if bias_ids else "tensor_copy") if engine == "vector" else "activation")
-                ev = bld.compute(engine, opcode, free_size=tn, partitions=tm, dtype="float32",
-                                 out_dtype=shape.out_dtype if last else "float32", src="psum",
-                                 n_inputs=1, deps=deps, repeat=r * kr * tiles, psum_input=True, alu="add")
-                evac_hist.append(ev)
-                acc_prev[j] = ev
-                if last:
-                    last_evacs.append(ev)
-            step_hist.append(mm)
+        steps += [(g, r, a_loads, b_loads, kg, kr)
+                  for kg, kr in enumerate(split_even(n_kb, assumptions.value("gemm.max_k_steps")))]
+    last_kg = {g: kg for g, _, _, _, kg, _ in steps}
+
+    def prepare(i: int) -> tuple[tuple, tuple]:
+        """Load (and transpose) the operand blocks of step ``i``. Double-buffered: a load waits
+        until step ``i - 2`` is done with its buffer -- its transposes for an operand transposed
+        on TensorE (whose transposed copy has buffers of its own), else its matmuls."""
+        _, r, a_loads, b_loads, _, kr = steps[i]
+        mm_war = (step_mm[i - 2],) if i >= 2 else ()
+        ids = []
+        for index, transposed, loads, blk_bytes, rows, row, blocks, part, free, ready, copies in (
+                (a, shape.a_transposed, a_loads, a_blk_bytes // shape.a_blocks, a_rows, a_row, plan.bm * plan.bk,
+                 tm, tk, ready_a, 1.0),
+                (b, shape.b_transposed, b_loads, b_blk_bytes, b_rows, b_row, plan.bn * plan.bk * ceil(tn / tk),
+                 tk, tk, ready_b, shape.b_copies)):
+            war = step_raw_free[i - 2].get(index, mm_war) if i >= 2 else ()
+            loaded, raw_free = _load_operand(ctx, index, loads * kr, blk_bytes, cast, rows, row, transposed, blocks,
+                                             part, free, shape.dtype, war, ready, copies, copy_war=mm_war)
+            if raw_free is not None:
+                step_raw_free[i][index] = (raw_free,)
+            ids.append(loaded)
+        return ids[0], ids[1]
+
+    # TensorE runs its queue in order: operands transposed on it are prepared one step ahead
+    # (software pipelining), so the next step's transposes run while this step's transposed
+    # blocks are copied out of PSUM, instead of waiting behind this step's matmuls.
+    ahead = 1 if (shape.a_transposed or shape.b_transposed) else 0
+    step_mm: list[int] = []       # last matmul of each step
+    step_raw_free: list[dict] = [{} for _ in steps]   # operand -> its transposes, per step
+    prepared = {i: prepare(i) for i in range(min(ahead, len(steps)))}
+    last_evacs: list[int] = []
+    for i, (g, r, _, _, kg, kr) in enumerate(steps):
+        a_ids, b_ids = prepared.pop(i) if i in prepared else prepare(i)
+        if ahead and i + 1 < len(steps):
+            prepared[i + 1] = prepare(i + 1)
+        if kg == 0:
+            last_evacs = []
+        if a_ids:
+            ready_a_step = a_ids
+        if b_ids:
+            ready_b_step = b_ids
+        first, last = kg == 0, kg == last_kg[g]
+        subs = split_even(ceil(out_tiles / psum_tiles), assumptions.value("gemm.max_psum_groups_per_step"))
+        tiles_left = out_tiles
+        for j, n_groups in enumerate(subs):
+            tiles = min(tiles_left, n_groups * psum_tiles)
+            tiles_left -= tiles
+            bank_war = (evac_hist[-2],) if len(evac_hist) >= 2 else ()
+            mm = bld.matmul(k=tk, m=tm, n=tn, dtype=shape.dtype, repeat=r * kr * plan.bk * tiles,
+                            deps=(*ready_a_step, *ready_b_step, *bank_war))
+            deps = [mm, *bias_ids]
+            if j in acc_prev and not first:
+                deps.append(acc_prev[j])
+            if last and len(store_hist) >= 2:
+                deps.append(store_hist[-2])
+            accumulate = n_kb > 1 and not first
+            engine = "vector" if (accumulate or row_bias or j % 2 == 0) else "scalar"
+            opcode = "tensor_tensor" if (accumulate or row_bias) else (
+                ("tensor_scalar" if bias_ids else "tensor_copy") if engine == "vector" else "activation")
+            ev = bld.compute(engine, opcode, free_size=tn, partitions=tm, dtype="float32",
+                             out_dtype=shape.out_dtype if last else "float32", src="psum",
+                             n_inputs=1, deps=deps, repeat=r * kr * tiles, psum_input=True, alu="add")
+            evac_hist.append(ev)
+            acc_prev[j] = ev
+            if last:
+                last_evacs.append(ev)
+        step_mm.append(mm)
+        if not last:
+            continue
         if ctx.out_to_hbm[out] if out < len(ctx.out_to_hbm) else True:
             rows, row_bytes = plan.bm * tm, plan.bn * tn * s_out
             store_hist.append(bld.dma(rows * row_bytes, src="sbuf", dst="hbm", partitions=min(rows, t.partitions),
@@ -248,14 +281,17 @@ def emit_gemm(ctx: OpContext, shape: TensorEngineGemm, plan: BlockedGemmPlan, a:
 
 def _load_operand(ctx: OpContext, index: int, loads: int, block_bytes: int, cast: float, rows: int, row_bytes: int,
                   transposed: bool, blocks: int, part: int, free: int, dtype: str, war: tuple,
-                  ready: tuple, copies: float = 1.0) -> tuple:
+                  ready: tuple, copies: float = 1.0, copy_war: tuple = ()) -> tuple[tuple, int | None]:
     """DMA one operand block into SBUF (unless resident) and transpose it on TensorE if needed.
+    Returns (what the matmuls wait for, the transposes after which the loaded block's buffer is
+    free -- None when the matmuls read it directly). ``copy_war``: what the copy out of PSUM
+    into the transposed block's own buffer waits for.
 
     ``cast`` is HBM bytes per SBUF byte: an auto-cast fp32 operand is read at 4 bytes and lands
     in SBUF at 2 (the DMA engine converts on the fly). A block of ``copies`` replicas is one
     broadcast load: the engines write every replica, the source is read once."""
     if loads == 0:
-        return ()
+        return (), None
     bld, t = ctx.builder, ctx.target
     if ready:
         ids = ready
@@ -268,10 +304,14 @@ def _load_operand(ctx: OpContext, index: int, loads: int, block_bytes: int, cast
         ids = (bld.dma(max(hbm_bytes, block_bytes), src="hbm", dst="sbuf", partitions=min(rows, t.partitions),
                        row_bytes=row_bytes, deps=war, repeat=loads, src_bytes=hbm_bytes, dst_bytes=block_bytes),)
     if not transposed:
-        return ids
+        return ids, None
     tr = bld.matmul(k=part, m=free, n=part, dtype=dtype, deps=ids, repeat=loads * blocks, opcode="nc_transpose")
     psum_tiles = assumptions.value("gemm.psum_tiles_per_group")
     copies = ceil(blocks / psum_tiles)
-    cp = bld.compute("scalar", "tensor_copy", free_size=min(blocks, psum_tiles) * part, partitions=free,
-                     dtype="float32", out_dtype=dtype, src="psum", deps=(tr,), repeat=loads * copies)
-    return (cp,)
+    # Copies out of PSUM are shared between ScalarE and VectorE, as the GEMM's evacuations are,
+    # where the two engines read PSUM independently (NC-v3); on NC-v2 they share one port.
+    total = loads * copies
+    engines = ("scalar",) if t.vector_scalar_share_psum or total < 2 else ("scalar", "vector")
+    return tuple(bld.compute(engine, "tensor_copy", free_size=min(blocks, psum_tiles) * part, partitions=free,
+                             dtype="float32", out_dtype=dtype, src="psum", deps=(tr, *copy_war), repeat=n)
+                 for engine, n in zip(engines, split_even(total, len(engines)))), tr

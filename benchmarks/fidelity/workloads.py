@@ -25,7 +25,7 @@ from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.presets import NeuronConfig
 from benchmarks.op_streams import OpStream, block_backward, block_forward, lm_loss_backward
 
-__all__ = ["bert_pretraining_step", "lora_llama_step", "per_layer_run", "mamba_workload", "BERT_LARGE",
+__all__ = ["bert_pretraining_step", "lora_llama_step", "per_layer_run", "per_layer_replay", "mamba_workload", "BERT_LARGE",
            "LLAMA_8B"]
 
 BERT_LARGE = {"layers": 24, "d": 1024, "heads": 16, "vocab": 30522, "positions": 512}
@@ -158,15 +158,19 @@ def lora_llama_step(layers: int, seq: int = 2048, batch: int = 1, rank: int = 16
     return s.records
 
 
-def per_layer_run(build: Callable[[int], list], layers: int) -> Callable[[NeuronConfig], float]:
-    """``run(target) -> ns`` of a ``layers``-deep stream, extrapolated from 1- and 2-layer streams."""
-    one, two = build(1), build(2)
+def per_layer_replay(one: list, two: list, layers: int) -> Callable[[NeuronConfig], float]:
+    """``run(target) -> ns`` of ``layers`` layers from kept 1- and 2-layer workloads."""
 
     def run(target: NeuronConfig) -> float:
         t1 = replay(one, target)
         return t1 + (layers - 1) * (replay(two, target) - t1)
 
     return run
+
+
+def per_layer_run(build: Callable[[int], list], layers: int) -> Callable[[NeuronConfig], float]:
+    """``run(target) -> ns`` of a ``layers``-deep stream, extrapolated from 1- and 2-layer streams."""
+    return per_layer_replay(build(1), build(2), layers)
 
 
 def _mamba_layer(delta, A, B, u, C):
@@ -181,15 +185,23 @@ def _mamba_layer(delta, A, B, u, C):
     return (C[:, None, :, :] * scan).sum(dim=-2)
 
 
-def mamba_workload(target: str = "trn1", batch: int = 1, seq: int = 512, channels: int = 256, state: int = 16):
-    """(workload, target config) of the Mamba layer run eagerly with torch on ``neuron``."""
+def mamba_workload(target: str = "trn1", batch: int = 1, seq: int = 512, channels: int = 256, state: int = 16,
+                   compiled: bool = False):
+    """(workload, target config) of the Mamba layer run with torch on ``neuron``: eagerly, or
+    through ``torch.compile(backend="neuron")`` (Dynamo unrolls the scan; the kept call is the
+    second, after compilation)."""
     import torch
     from workbench.session import profile
     torch.manual_seed(0)
+    dev = dict(device="neuron", dtype=torch.float32)
+    delta, u = torch.rand(batch, channels, seq, **dev), torch.rand(batch, channels, seq, **dev)
+    A = -torch.rand(channels, state, **dev)
+    B, C = torch.rand(batch, state, seq, **dev), torch.rand(batch, state, seq, **dev)
+    layer = _mamba_layer
+    if compiled:
+        torch._dynamo.reset()
+        layer = torch.compile(_mamba_layer, backend="neuron")
+        layer(delta, A, B, u, C)
     with profile(target=target, source=False) as prof:
-        dev = dict(device="neuron", dtype=torch.float32)
-        delta, u = torch.rand(batch, channels, seq, **dev), torch.rand(batch, channels, seq, **dev)
-        A = -torch.rand(channels, state, **dev)
-        B, C = torch.rand(batch, state, seq, **dev), torch.rand(batch, state, seq, **dev)
-        _mamba_layer(delta, A, B, u, C)
+        layer(delta, A, B, u, C)
     return prof.workload, prof.workload_target

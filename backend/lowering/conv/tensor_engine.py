@@ -93,6 +93,9 @@ def tensor_window(ctx: OpContext, p: WindowProduct) -> list[list[Emitter]]:
     phases = []
     for kernel, pixels in kernels.items():
         share = src_pixels * pixels / total          # the src this phase's outputs read
+        # A strided gather's windows span ``spread`` source pixels per output pixel: the tap
+        # copies of a block are then that much less redundant, and its broadcast load reads more.
+        spread = max(1.0, share / pixels)
         options = []
         for k_tiles, copy_ch in tap_packings(rows, kernel, t.pe_rows):
             tk = ceil(rows * prod(kernel) / k_tiles)
@@ -100,7 +103,8 @@ def tensor_window(ctx: OpContext, p: WindowProduct) -> list[list[Emitter]]:
                 shape = TensorEngineGemm(batch=ceil(p.groups / g_pack), m=g_pack * p.dst_ch, k=tk * k_tiles,
                                          n=pixels, a_transposed=p.weight_k_contiguous, k_tile=tk, a_blocks=g_pack,
                                          b_reuse=max(1, round(tk * k_tiles * pixels / (copy_ch * share))),
-                                         b_copies=copy_ch / rows, min_blocks=min_blocks, **bias, **kinds)
+                                         b_copies=max(1.0, copy_ch / rows / spread), min_blocks=min_blocks,
+                                         **bias, **kinds)
                 options.append(_gemm(shape, t, p.weight, p.src, p.bias, p.out))
         phases.append(options)
     return phases
