@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
 
+from wb_synth import transformer_trace
 from workbench.export import chrome_trace_dict
 from workbench.profiles import Profile
 
@@ -43,18 +43,14 @@ def test_device_events_are_kernels_on_streams_linked_to_their_ops(trace_dict):
         assert e["args"]["correlation"] == e["args"]["op_index"] + 1
 
 
-# HTA 0.5.0 stores row indices into a column it has downcast to the correlation ids' dtype
-# (hta/common/trace.py, transform_correlation_to_index); pandas 3 refuses the lossy write that
-# pandas 2 upcast silently. Strict, so the test turns red when an HTA release fixes it.
-_HTA_PANDAS3_BUG = pytest.mark.xfail(
-    int(pd.__version__.split(".")[0]) >= 3, raises=TypeError, strict=True,
-    reason="HTA 0.5.0 writes int64 row indices into an int8 column; pandas 3 rejects it")
-
-
-@_HTA_PANDAS3_BUG
-def test_hta_analyses_run_on_the_exported_trace(small_trace, tmp_path):
+def test_hta_analyses_run_on_the_exported_trace(tmp_path):
+    # At least 128 ops: HTA 0.5.0 downcasts the correlation column, then writes row indices into
+    # a copy of it (hta/common/trace.py, transform_correlation_to_index), which pandas 3 refuses
+    # when the ids fit int8 and the rows do not. A real step's ids never fit int8.
+    trace = transformer_trace(layers=12)
+    assert len(trace.ops) >= 128
     hta = pytest.importorskip("hta.trace_analysis", reason="needs the holistictraceanalysis package")
-    Profile(small_trace).export_chrome_trace(tmp_path / "rank0.json")
+    Profile(trace).export_chrome_trace(tmp_path / "rank0.json")
     json.loads((tmp_path / "rank0.json").read_text())
     analyzer = hta.TraceAnalysis(trace_dir=str(tmp_path))
     assert len(analyzer.get_temporal_breakdown(visualize=False))
