@@ -33,10 +33,9 @@ CROSS_DEVICE_OPS = frozenset({
 class _OpFacts:
     """What dispatch needs to know about one op overload, worked out on its first call."""
 
-    __slots__ = ("func", "call", "mutates", "is_view")
+    __slots__ = ("call", "mutates", "is_view")
 
     def __init__(self, func):
-        self.func = func
         # OpOverload.__call__ only forwards to the C++ op: call that directly.
         self.call = func._op if type(func) is torch._ops.OpOverload else func
         self.is_view = func.is_view
@@ -45,16 +44,7 @@ class _OpFacts:
             r.alias_info is not None for r in func._schema.returns) and not func.is_view
 
 
-_FACTS: dict = {}                     # id(op) -> _OpFacts
-
-
-def _facts(func) -> _OpFacts:
-    # Keyed by id: hashing an OpOverload is a Python call. The identity check guards against
-    # a freed custom op whose id was reused.
-    facts = _FACTS.get(id(func))
-    if facts is None or facts.func is not func:
-        facts = _FACTS[id(func)] = _OpFacts(func)
-    return facts
+_FACTS = recording.OpFactsCache(_OpFacts)
 
 
 def _raise_mixed(first: torch.device, second: torch.device):
@@ -172,7 +162,7 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
     ``inputs``: the host tensors the op read, for the recording; None on the fast path, where
     they are collected only if someone is recording.
     """
-    facts = _facts(func)
+    facts = _FACTS.of(func)
     if _TIMING.ever_enabled:
         host_args, host_kwargs = timing_only.unify(func, host_args, host_kwargs)
     try:
