@@ -30,7 +30,7 @@ from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.presets import NeuronConfig, get_target
 
 __all__ = ["recording", "active_sinks", "SinkEntry", "op_origin", "suspended", "make_record", "emit",
-           "tensor_desc", "record_tagger", "remove_tagger", "OpStream", "STREAM", "SIMULATED_DEVICE_TYPES", "current_target", "set_target_source"]
+           "tensor_desc", "OpFactsCache", "record_tagger", "remove_tagger", "OpStream", "STREAM", "SIMULATED_DEVICE_TYPES", "current_target", "set_target_source"]
 
 _SCALARS = (int, float, bool, str, type(None))
 # Ops whose schema does not say "view" but which only re-describe existing memory.
@@ -71,6 +71,7 @@ class OpStream:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.sinks: tuple = ()
+        self.active_memo: tuple | None = None    # active_sinks()'s last answer
         self.suspend_depth = 0
         self.taggers: tuple = ()
         self.target_source: Callable[[], NeuronConfig] | None = None
@@ -86,22 +87,45 @@ class OpStream:
     def subscribe(self, entry) -> None:
         with self._lock:
             self.sinks = (*self.sinks, entry)
+            self.active_memo = None
 
     def unsubscribe(self, entry) -> None:
         with self._lock:
             sinks = list(self.sinks)
             sinks.remove(entry)
             self.sinks = tuple(sinks)
+            self.active_memo = None     # let go of the closed sink
 
     def reset(self) -> None:
         """Drop every sink and suspension (tests); taggers and the target source stay, as the
         device layer registers them once at import."""
         with self._lock:
             self.sinks = ()
+            self.active_memo = None
             self.suspend_depth = 0
 
 
 STREAM = OpStream()
+
+
+class OpFactsCache(dict):
+    """Facts about each op overload, built once by ``build(func)`` at its first use.
+
+    Keyed by id: hashing an OpOverload is a Python call, and look-ups run once per op. Each
+    entry keeps its op, so an id reused after a custom op was freed is rebuilt, not mistaken.
+    """
+
+    __slots__ = ("build",)
+
+    def __init__(self, build: Callable) -> None:
+        super().__init__()
+        self.build = build
+
+    def of(self, func):
+        entry = self.get(id(func))
+        if entry is None or entry[0] is not func:
+            entry = self[id(func)] = (func, self.build(func))
+        return entry[1]
 
 
 def active_sinks() -> tuple:
@@ -111,7 +135,14 @@ def active_sinks() -> tuple:
     if not sinks or STREAM.suspend_depth:
         return ()
     origin = op_origin()
-    return tuple(e for e in sinks if e.owner is None or e.owner == origin)
+    # ``sinks`` is replaced, never mutated: the last answer holds while it and the origin are
+    # the same (the usual case: one thread profiling). One tuple, so threads read it whole.
+    memo = STREAM.active_memo
+    if memo is not None and memo[0] is sinks and memo[1] == origin:
+        return memo[2]
+    active = tuple(e for e in sinks if e.owner is None or e.owner == origin)
+    STREAM.active_memo = (sinks, origin, active)
+    return active
 
 
 def _claim_origin() -> int:
@@ -191,20 +222,38 @@ def current_target() -> NeuronConfig:
 
 def tensor_desc(t: torch.Tensor) -> TensorDesc:
     """The simulator's descriptor of a tensor: shape, dtype name, strides (None if not strided)."""
-    return TensorDesc(tuple(t.shape), str(t.dtype)[6:], tuple(t.stride()) if t.layout == torch.strided else None)
+    if t.__class__ is not torch.Tensor:
+        # A tracer's tensor (torch.compile) may have symbolic sizes: never hash those.
+        return TensorDesc(tuple(t.shape), str(t.dtype)[6:], tuple(t.stride()) if t.layout == torch.strided else None)
+    # Real tensors repeat a few geometries: share one (immutable) descriptor per geometry.
+    key = (t.shape, t.dtype, t.stride() if t.layout == torch.strided else None)
+    desc = _DESCS.get(key)
+    if desc is None:
+        if len(_DESCS) >= _DESCS_MAX:
+            _DESCS.clear()
+        shape, dtype, strides = key
+        desc = _DESCS[key] = TensorDesc(tuple(shape), str(dtype)[6:], strides)
+    return desc
 
 
-_ATTR_POSITIONS: dict = {}
+_DESCS: dict = {}                     # (shape, dtype, strides) -> TensorDesc
+_DESCS_MAX = 4096                     # dynamic shapes must not grow it without bound
 
 
-def _attr_names(func) -> list:
-    names = _ATTR_POSITIONS.get(func)
-    if names is None:
-        names = _ATTR_POSITIONS[func] = [
-            (i, a.name) for i, a in enumerate(func._schema.arguments)
-            if "Tensor" not in str(a.type)
-        ]
-    return names
+class _RecordFacts:
+    """What a record of one op overload always says: its name, whether it only aliases, and
+    which arguments are attributes (non-tensor)."""
+
+    __slots__ = ("name", "is_view", "attr_positions")
+
+    def __init__(self, func):
+        self.name = func._schema.name
+        self.is_view = func.is_view or self.name in ZERO_COPY_OPS
+        self.attr_positions = [(i, a.name) for i, a in enumerate(func._schema.arguments)
+                               if "Tensor" not in str(a.type)]
+
+
+_RECORD_FACTS = OpFactsCache(_RecordFacts)
 
 
 def _plain(value):
@@ -229,22 +278,22 @@ def _source_line() -> str | None:
 
 def make_record(func, args, kwargs, host_inputs, host_outputs, *, transfer=None, with_source=False) -> OpRecord:
     """Build the OpRecord of one executed op from its host-side inputs and outputs."""
+    facts = _RECORD_FACTS.of(func)
     attrs = {}
-    for i, name in _attr_names(func):
+    for i, name in facts.attr_positions:
         value = args[i] if i < len(args) else kwargs.get(name)
         plain = _plain(value)
         if plain is not None:
             attrs[name] = plain
     for tagger in STREAM.taggers:
         attrs.update(tagger(func, host_inputs) or ())
-    name = func._schema.name
     return OpRecord(
         index=next(STREAM.counter),
-        name=name,
-        inputs=tuple(tensor_desc(t) for t in host_inputs),
-        outputs=tuple(tensor_desc(t) for t in host_outputs),
+        name=facts.name,
+        inputs=tuple([tensor_desc(t) for t in host_inputs]),
+        outputs=tuple([tensor_desc(t) for t in host_outputs]),
         attrs=attrs,
-        is_view=func.is_view or name in ZERO_COPY_OPS,
+        is_view=facts.is_view,
         transfer=transfer,
         source=_source_line() if with_source else None,
     )

@@ -16,6 +16,7 @@ from .device_module import reported_device
 from .tensor import DeviceTensor, carry_math_bits, wrap
 
 _TIMING = timing_only.STATE
+_NUMERICS = numerics.SWITCH
 
 __all__ = ["dispatch", "CROSS_DEVICE_OPS", "SIMULATED_DEVICE_TYPES"]
 
@@ -27,7 +28,23 @@ CROSS_DEVICE_OPS = frozenset({
     aten._copy_from_and_resize.default, aten.index.Tensor, aten.index_put_.default,
     aten.index_put.default, aten._index_put_impl_.default, aten.lift_fresh.default,
 })
-_MUTATES: dict = {}                   # op -> whether it may return one of its arguments
+
+
+class _OpFacts:
+    """What dispatch needs to know about one op overload, worked out on its first call."""
+
+    __slots__ = ("call", "mutates", "is_view")
+
+    def __init__(self, func):
+        # OpOverload.__call__ only forwards to the C++ op: call that directly.
+        self.call = func._op if type(func) is torch._ops.OpOverload else func
+        self.is_view = func.is_view
+        # Whether the op may return one of its arguments (in-place and out= ops).
+        self.mutates = func._schema.is_mutable or any(
+            r.alias_info is not None for r in func._schema.returns) and not func.is_view
+
+
+_FACTS = recording.OpFactsCache(_OpFacts)
 
 
 def _raise_mixed(first: torch.device, second: torch.device):
@@ -145,14 +162,15 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
     ``inputs``: the host tensors the op read, for the recording; None on the fast path, where
     they are collected only if someone is recording.
     """
+    facts = _FACTS.of(func)
     if _TIMING.ever_enabled:
         host_args, host_kwargs = timing_only.unify(func, host_args, host_kwargs)
     try:
         out = None
-        if numerics.SWITCH.enabled:
+        if _NUMERICS.enabled:
             out = numerics.maybe_autocast(func, host_args, host_kwargs)
         if out is None:
-            out = func(*host_args, **host_kwargs)
+            out = facts.call(*host_args, **host_kwargs)
     except NotImplementedError as exc:
         # No host kernel (e.g. fused RNN cells PyTorch picks for accelerators): run the op's
         # decomposition on the device tensors, so its pieces are executed and recorded.
@@ -169,10 +187,7 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
 
     if target is not None:
         device = target if target.type in SIMULATED_DEVICE_TYPES else None
-    mutates = _MUTATES.get(func)
-    if mutates is None:
-        mutates = _MUTATES[func] = func._schema.is_mutable or any(
-            r.alias_info is not None for r in func._schema.returns) and not func.is_view
+    mutates = facts.mutates
     if isinstance(out, torch.Tensor):
         wrapped = _wrap_returned(out, args, kwargs, device) if mutates else _wrap_new(out, device)
     elif isinstance(out, (tuple, list)):
@@ -181,7 +196,7 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
             if isinstance(o, torch.Tensor) else o for o in out)
     else:
         wrapped = out
-    if func.is_view:
+    if facts.is_view:
         # Views are how tensors acquire conj/neg bits (conj(), _neg_view, imag of a conj).
         for w in (wrapped if isinstance(wrapped, (tuple, list)) else (wrapped,)):
             if w.__class__ is DeviceTensor:

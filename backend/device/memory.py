@@ -41,6 +41,10 @@ class DeviceMemory:
     _refs: dict = field(default_factory=dict)        # storage key -> [refcount, nbytes]
     _watchers: dict = field(default_factory=dict)    # id(weakref) -> (weakref to host tensor, storage key)
 
+    def __post_init__(self) -> None:
+        # Bound once: track() hands it to a weakref per device tensor.
+        self._on_freed = self._on_host_tensor_freed
+
     def check(self, nbytes: int) -> None:
         """Raise torch.OutOfMemoryError if ``nbytes`` more would not fit."""
         if self.allocated_bytes + nbytes > self.capacity_bytes:
@@ -78,7 +82,7 @@ class DeviceMemory:
                 self.peak_reserved_bytes = self.reserved_bytes
         entry[0] += 1
         # Keyed by id: two weakrefs to one live tensor compare equal.
-        ref = weakref.ref(inner, self._on_host_tensor_freed)
+        ref = weakref.ref(inner, self._on_freed)
         self._watchers[id(ref)] = (ref, key)
 
     def resize(self, inner: torch.Tensor, nbytes: int) -> None:

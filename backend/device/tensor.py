@@ -167,13 +167,21 @@ def _rebuild_tagged_tensor(tensor: torch.Tensor, requires_grad: bool = False, is
     return tensor.requires_grad_(requires_grad)
 
 
+# torch.device -> its type: ``device.type`` builds a new string per call (a PrivateUse1 name
+# look-up), while hashing a device is cheap. Few distinct devices ever exist.
+_DEVICE_TYPES: dict = {}
+
+
 def wrap(inner: torch.Tensor, device: torch.device) -> DeviceTensor:
     """The device tensor on ``device`` holding ``inner``'s values (every device tensor is
     made here: factories, ``.to``, op outputs); raises for a device that does not exist."""
     if device.index:   # None and 0 always exist; only other ordinals need the device count
         check_device(device)
     out = DeviceTensor(inner, device)
-    pool = POOLS.get(device.type)
+    device_type = _DEVICE_TYPES.get(device)
+    if device_type is None:
+        device_type = _DEVICE_TYPES[device] = device.type
+    pool = POOLS.get(device_type)
     if pool is not None:
         pool.track(inner)
     return out
