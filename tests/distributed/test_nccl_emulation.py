@@ -66,3 +66,11 @@ def test_the_nccl_creator_refuses_clearly_while_emulation_is_off():
     assert not cuda_emulation.is_enabled()
     with pytest.raises(RuntimeError, match=r'wb.set_device\("cuda"\) or %neuron_device cuda'):
         create_nccl_process_group(None, None)
+
+
+def test_a_rank_emulates_the_gpu_of_its_local_rank(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")                  # what torchrun sets for the second rank
+    with cuda_emulation.emulate_cuda("h100"):
+        assert torch.cuda.device_count() == 2
+        assert torch.ones(2).cuda().device == torch.device("cuda", 1)
+        assert torch.nn.Linear(2, 1).to("cuda:1").weight.device == torch.device("cuda", 1)
