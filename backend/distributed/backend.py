@@ -20,7 +20,7 @@ from backend.sim.topology import get_topology
 
 from .process_group import NeuronProcessGroup
 
-__all__ = ["BACKEND_NAME", "TOPOLOGY_ENV", "NeuronOptions", "create_process_group", "register", "is_registered"]
+__all__ = ["BACKEND_NAME", "TOPOLOGY_ENV", "NeuronOptions", "create_process_group", "build_process_group", "register", "is_registered"]
 
 BACKEND_NAME = "neuron"
 TOPOLOGY_ENV = "WORKBENCH_TOPOLOGY"
@@ -41,9 +41,15 @@ class NeuronOptions:
 
 def create_process_group(common_opts, backend_opts) -> NeuronProcessGroup:
     """PyTorch's extended-API creator: ``common_opts`` carries store, group rank, size and timeout."""
+    return build_process_group(common_opts, backend_opts, BACKEND_NAME)
+
+
+def build_process_group(common_opts, backend_opts, device_type: str, default_topology=None) -> NeuronProcessGroup:
+    """The group of one rank for tensors of ``device_type``; its topology is the options', else
+    ``$WORKBENCH_TOPOLOGY``, else ``default_topology``, else the default preset."""
     options = backend_opts if isinstance(backend_opts, NeuronOptions) else NeuronOptions()
     rank, size = common_opts.group_rank, common_opts.group_size
-    topology = get_topology(options.topology or os.environ.get(TOPOLOGY_ENV)).name
+    topology = get_topology(options.topology or os.environ.get(TOPOLOGY_ENV) or default_topology).name
     if options.fake:
         exchange = FakeProcessGroup._create_internal(rank, size)
     else:
@@ -52,7 +58,7 @@ def create_process_group(common_opts, backend_opts) -> NeuronProcessGroup:
     # c10d keeps a group's name on its backends (``_set_group_name`` writes it to each, and
     # ``group_name`` reads the first): without one, DeviceMesh and FSDP2 find "name not set".
     # Collectives still go through NeuronProcessGroup's Python overrides, which report them.
-    group._register_backend(torch.device(BACKEND_NAME), dist.ProcessGroup.BackendType.CUSTOM, exchange)
+    group._register_backend(torch.device(device_type), dist.ProcessGroup.BackendType.CUSTOM, exchange)
     return group
 
 
@@ -61,6 +67,6 @@ def is_registered() -> bool:
 
 
 def register() -> None:
-    """Register the backend once per process (importing the workbench does it)."""
+    """Register the backend once per process."""
     if not is_registered():
         dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True, devices=["neuron"])

@@ -8,7 +8,7 @@
 what is changed and how ``disable()`` restores it.
 """
 from .device import GPU_MODELS, EmulatedDevice, EmulatedDeviceProperties
-from .emulation import current, disable, emulate_cuda, enable, is_enabled
+from .emulation import EXTENSIONS, current, disable, emulate_cuda, enable, is_enabled
 
 __all__ = ["enable", "disable", "is_enabled", "emulate_cuda", "current", "EmulatedDevice",
-           "EmulatedDeviceProperties", "GPU_MODELS"]
+           "EmulatedDeviceProperties", "GPU_MODELS", "EXTENSIONS"]

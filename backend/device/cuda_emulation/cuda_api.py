@@ -20,7 +20,7 @@ def _bf16_supported() -> bool:
 
 
 MODULE = DeviceModule(
-    "cuda", unit="GPU", device_count=lambda: 1, pool=lambda index: active().pool,
+    "cuda", unit="GPU", device_count=lambda: active().reported.index + 1, pool=lambda index: active().pool,
     name=lambda index: active().name, properties=lambda index: active().properties(),
     capability=lambda index: active().capability(), clock_ns=lambda: active().clock_ns(),
     bf16_supported=_bf16_supported)

@@ -10,6 +10,7 @@ NeuronCore's and events read the NeuronCore simulator session, if there is one.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -68,8 +69,14 @@ def _gpu_model(config) -> tuple[str, tuple[int, int]]:
     return (name if base == config.name else f"{name} [{config.name}]"), capability
 
 
+def local_rank() -> int:
+    """The GPU of this process in its node: torchrun's ``LOCAL_RANK`` (0 outside a job), so a rank
+    that emulates its own GPU sees it as ``cuda:<local rank>`` as the job's scripts expect."""
+    return int(os.environ.get("LOCAL_RANK", 0))
+
+
 class EmulatedDevice:
-    """One emulated CUDA device (``cuda:0``), backed by the neuron device's host storage."""
+    """One emulated CUDA device (``cuda:<local rank>``), backed by the neuron device's host storage."""
 
     def __init__(self, preset=DEFAULT_GPU_TARGET, redirect: bool = False, session=None):
         self.redirect = redirect
@@ -89,7 +96,7 @@ class EmulatedDevice:
 
             self.config = get_gpu(preset)
             self.model_name, self._capability = _gpu_model(self.config)
-            self.reported = torch.device("cuda", 0)
+            self.reported = torch.device("cuda", local_rank())
             self.pool = _gpu_pool(self.config, self.model_name)
             self.session = session if session is not None else GpuSession(self.config)
 

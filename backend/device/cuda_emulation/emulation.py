@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 
 import torch
 
@@ -26,7 +27,7 @@ from ..registration import register
 from . import autocast, compile_routing, cuda_api, guard, tensors
 from .device import ACTIVE, EmulatedDevice, set_active
 
-__all__ = ["enable", "disable", "is_enabled", "emulate_cuda", "current"]
+__all__ = ["enable", "disable", "is_enabled", "emulate_cuda", "current", "EXTENSIONS"]
 
 log = logging.getLogger(__name__)
 _lock = threading.RLock()
@@ -43,6 +44,11 @@ class EmulationPatches:
 
 
 PATCHES = EmulationPatches()
+
+# What layers above the device turn on with emulation (``backend.distributed`` adds "nccl"):
+# each ``extend(patcher, device)`` is applied last and undone with the rest. They register
+# themselves here because the device layer never imports them.
+EXTENSIONS: list[Callable[[Patcher, EmulatedDevice], None]] = []
 
 
 def is_enabled() -> bool:
@@ -105,6 +111,8 @@ def _apply(patcher: Patcher, device: EmulatedDevice, backing: torch.device) -> N
         stack = contextlib.ExitStack()
         stack.enter_context(recording.recording(device.session, all_threads=True))  # the device clock
         patcher.on_restore("recording sink", stack.close)
+    for extend in EXTENSIONS:
+        extend(patcher, device)
 
 
 def disable() -> None:
