@@ -7,6 +7,7 @@ import torch.distributed as dist
 from backend.lowering import EagerSession
 from backend.recording import recording
 from backend.sim.collectives import collective_cost
+from backend.sim.overlap import WAIT_OP
 from workbench.distributed import launch
 
 pytestmark = pytest.mark.slow      # two processes with gloo: > 10 s on a shared machine
@@ -38,9 +39,12 @@ def _collectives(rank, world):
     dist.all_gather(pieces, torch.full((2,), float(rank), device=d))
     summed = torch.empty(2, device=d)
     dist.reduce_scatter(summed, [torch.full((2,), float(i + rank), device=d) for i in range(world)])
-    lane = [(o.name, o.end_ns - o.start_ns) for o in session.trace.ops if o.name.startswith("collective::")]
+    # Synchronous collectives leave the compute stream waiting: a wait row after each, apart.
+    lane = [(o.name, o.end_ns - o.start_ns) for o in session.trace.ops
+            if o.name.startswith("collective::") and o.name != WAIT_OP]
+    waits = sum(o.name == WAIT_OP for o in session.trace.ops)
     return {"all_reduce": t.tolist(), "all_gather": gathered.tolist(), "reduce_scatter": scattered.tolist(),
-            "broadcast": b.tolist(), "all_to_all": a2a.tolist(), "send_recv": p2p.tolist(), "lane": lane,
+            "broadcast": b.tolist(), "all_to_all": a2a.tolist(), "send_recv": p2p.tolist(), "lane": lane, "waits": waits,
             "engines": session.trace.engines,
             "all_gather_list": [p.tolist() for p in pieces], "reduce_scatter_list": summed.tolist(), "device": str(t.device), "backend": dist.get_backend()}
 
@@ -59,6 +63,7 @@ def test_every_collective_on_two_ranks_is_exact_and_priced():
     assert r0["reduce_scatter"] == [0.0, 2.0] and r1["reduce_scatter"] == [4.0, 6.0]
     assert r0["all_to_all"] == [0.0, 1.0, 10.0, 11.0] and r1["all_to_all"] == [2.0, 3.0, 12.0, 13.0]
     names = [name for name, _ in r0["lane"]]
+    assert r0["waits"] >= 1                                # what the compute waited for shows
     assert names == ["collective::all_reduce", "collective::all_gather", "collective::reduce_scatter",
                      "collective::broadcast", "collective::all_to_all", "collective::send_recv",
                      "collective::barrier"]
