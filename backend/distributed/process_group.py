@@ -125,6 +125,20 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return self._run("reduce_scatter", _nbytes([input]), [input], [output],
                          lambda i, o: self._exchange._reduce_scatter_base(o[0], i[0], opts))
 
+    def scatter(self, outputs, input_lists, opts=None):
+        """Root's ``input_lists[0]`` (one tensor per rank) to each rank's ``outputs[0]``: how
+        ``distribute_tensor`` shards a tensor (DTensor, tensor parallel)."""
+        opts = opts or dist.ScatterOptions()
+        flat, regroup = _flatten(input_lists)
+        return self._run("scatter", _nbytes(outputs) * self.size(), flat, outputs,
+                         lambda i, o: self._exchange.scatter(o, regroup(i), opts))
+
+    def gather(self, output_lists, inputs, opts=None):
+        opts = opts or dist.GatherOptions()
+        flat, regroup = _flatten(output_lists)
+        return self._run("gather", _nbytes(inputs) * self.size(), inputs, flat,
+                         lambda i, o: self._exchange.gather(regroup(o), i, opts))
+
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts or dist.AllToAllOptions()
         return self._run("all_to_all", _nbytes([input]), [input], [output],
