@@ -12,6 +12,7 @@ from backend import recording
 from backend.recording import SIMULATED_DEVICE_TYPES, STREAM as _STREAM
 
 from . import numerics, timing_only
+from .collective_scope import device_collective
 from .device_module import reported_device
 from .tensor import DeviceTensor, carry_math_bits, wrap
 
@@ -33,12 +34,14 @@ CROSS_DEVICE_OPS = frozenset({
 class _OpFacts:
     """What dispatch needs to know about one op overload, worked out on its first call."""
 
-    __slots__ = ("call", "mutates", "is_view")
+    __slots__ = ("call", "mutates", "is_view", "collective")
 
     def __init__(self, func):
         # OpOverload.__call__ only forwards to the C++ op: call that directly.
         self.call = func._op if type(func) is torch._ops.OpOverload else func
         self.is_view = func.is_view
+        # Functional collectives (DTensor's): their host kernel calls the process group.
+        self.collective = func.namespace == "_c10d_functional"
         # Whether the op may return one of its arguments (in-place and out= ops).
         self.mutates = func._schema.is_mutable or any(
             r.alias_info is not None for r in func._schema.returns) and not func.is_view
@@ -153,6 +156,9 @@ def _dispatch_general(func, args, kwargs):
             host_kwargs["device"] = target
     if state.host_tensor is not None and func not in CROSS_DEVICE_OPS:
         _raise_mixed(state.device, state.host_tensor.device)
+    if _FACTS.of(func).collective:
+        with device_collective():
+            return _execute(func, args, kwargs, host_args, host_kwargs, state.device, target, state.inputs)
     return _execute(func, args, kwargs, host_args, host_kwargs, state.device, target, state.inputs)
 
 

@@ -66,6 +66,17 @@ def _flatten(lists):
     return [t for ts in lists for t in ts], regroup
 
 
+def _pairwise(collective, outputs, inputs, opts):
+    """A coalesced collective as one ``collective(output, input, opts)`` per pair (the exchange
+    backends bind no coalesced form to Python): the last pair's Work, the earlier ones finished."""
+    work = None
+    for output, input in zip(outputs, inputs, strict=True):
+        if work is not None:
+            work.wait()
+        work = collective(output, input, opts)
+    return work
+
+
 class NeuronProcessGroup(dist.ProcessGroup):
     """Collectives of one rank: values through ``exchange``, costs through the op stream."""
 
@@ -114,6 +125,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return self._run("all_gather", _nbytes([output]), [input], [output],
                          lambda i, o: self._exchange._allgather_base(o[0], i[0], opts))
 
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        """What functional collectives (DTensor's ``full_tensor()``, FSDP2) call for an all-gather."""
+        opts = opts or dist.AllgatherOptions()
+        return self._run("all_gather", _nbytes(outputs), inputs, outputs,
+                         lambda i, o: _pairwise(self._exchange._allgather_base, o, i, opts))
+
     def reduce_scatter(self, outputs, input_lists, opts=None):
         opts = opts or dist.ReduceScatterOptions()
         flat, regroup = _flatten(input_lists)
@@ -124,6 +141,25 @@ class NeuronProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         return self._run("reduce_scatter", _nbytes([input]), [input], [output],
                          lambda i, o: self._exchange._reduce_scatter_base(o[0], i[0], opts))
+
+    def scatter(self, outputs, input_lists, opts=None):
+        """Root's ``input_lists[0]`` (one tensor per rank) to each rank's ``outputs[0]``: how
+        ``distribute_tensor`` shards a tensor (DTensor, tensor parallel)."""
+        opts = opts or dist.ScatterOptions()
+        flat, regroup = _flatten(input_lists)
+        return self._run("scatter", _nbytes(outputs) * self.size(), flat, outputs,
+                         lambda i, o: self._exchange.scatter(o, regroup(i), opts))
+
+    def gather(self, output_lists, inputs, opts=None):
+        opts = opts or dist.GatherOptions()
+        flat, regroup = _flatten(output_lists)
+        return self._run("gather", _nbytes(inputs) * self.size(), inputs, flat,
+                         lambda i, o: self._exchange.gather(regroup(o), i, opts))
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        opts = opts or dist.ReduceScatterOptions()
+        return self._run("reduce_scatter", _nbytes(inputs), inputs, outputs,
+                         lambda i, o: _pairwise(self._exchange._reduce_scatter_base, o, i, opts))
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts or dist.AllToAllOptions()

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
+from backend.device.collective_scope import in_device_collective
 from backend.recording import SIMULATED_DEVICE_TYPES, STREAM, active_sinks, tensor_desc
 from backend.sim.descriptors import OpRecord
 
@@ -19,8 +20,9 @@ __all__ = ["report_collective", "host_tensors"]
 
 
 def host_tensors(tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], bool]:
-    """The host tensors holding the values, and whether any tensor was on a simulated device."""
-    hosts, on_device = [], False
+    """The host tensors holding the values, and whether any tensor was on a simulated device
+    (all are, when a device's functional collective hands its host tensors to the group)."""
+    hosts, on_device = [], in_device_collective() and bool(tensors)
     for t in tensors:
         inner = getattr(t, "_inner", None)
         if inner is not None and t.device.type in SIMULATED_DEVICE_TYPES:

@@ -5,7 +5,9 @@ and direction) with step latency ``alpha`` costs ``steps * alpha + moved_bytes /
 ranks and ``N`` bytes (the textbook forms, e.g. Thakur et al. 2005; NCCL's performance notes):
 
 - ring all_reduce: ``2(p-1)/p * N/B + 2(p-1) * alpha`` (reduce-scatter then all-gather)
-- ring all_gather / reduce_scatter / all_to_all: ``(p-1)/p * N/B + (p-1) * alpha``
+- ring all_gather / reduce_scatter / all_to_all: ``(p-1)/p * N/B + (p-1) * alpha``; scatter /
+  gather (root to all, all to root; DTensor shards a tensor with a scatter) move the same bytes
+  through the root's link and cost the same (ring only)
 - ring broadcast (pipelined chain): ``N/B + (p-1) * alpha``
 - tree (pipelined binary tree, depth ``d = ceil(log2 p)``): all_reduce ``2N/B + 2d * alpha``,
   broadcast ``N/B + d * alpha``
@@ -14,9 +16,9 @@ ranks and ``N`` bytes (the textbook forms, e.g. Thakur et al. 2005; NCCL's perfo
   + intra all-gather
 - send_recv: ``N/B + alpha``; barrier: an all_reduce of no bytes.
 
-``N`` is the tensor of all_reduce / broadcast / send_recv, the gathered output of all_gather, the
-full input of reduce_scatter and each rank's input of all_to_all. A flat ring across nodes runs at
-its slowest link. ``algorithm="auto"`` takes the fastest applicable one, as NCCL's tuner does.
+``N`` is the tensor of all_reduce / broadcast / send_recv, the gathered output of all_gather
+and gather, the full input of reduce_scatter and scatter and each rank's input of all_to_all.
+A flat ring across nodes runs at its slowest link. ``algorithm="auto"`` takes the fastest applicable one, as NCCL's tuner does.
 Pure Python: the simulator never imports torch.
 """
 from __future__ import annotations
@@ -28,7 +30,9 @@ from backend.sim.topology import Topology, get_topology
 
 __all__ = ["COLLECTIVES", "ALGORITHMS", "Phase", "CollectiveCost", "collective_cost", "algorithms_for"]
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv", "barrier")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv", "barrier",
+               "scatter", "gather")
+_RING_ONLY = ("send_recv", "scatter", "gather")
 ALGORITHMS = ("ring", "tree", "hierarchical")
 _TREE_COLLECTIVES = ("all_reduce", "broadcast", "barrier")
 
@@ -108,7 +112,7 @@ def _ring(name: str, collective: str, nbytes: float, p: int, link: _Link) -> lis
     if collective in ("all_reduce", "barrier"):
         return [Phase(f"{name}reduce_scatter", link.level, (p - 1) * a, (p - 1) / p * beta_ns),
                 Phase(f"{name}all_gather", link.level, (p - 1) * a, (p - 1) / p * beta_ns)]
-    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+    if collective in ("all_gather", "reduce_scatter", "all_to_all", "scatter", "gather"):
         return [Phase(f"{name}{collective}", link.level, (p - 1) * a, (p - 1) / p * beta_ns)]
     if collective == "broadcast":
         return [Phase(f"{name}broadcast", link.level, (p - 1) * a, beta_ns)]
@@ -151,7 +155,7 @@ def algorithms_for(collective: str, ranks: int, topology: str | Topology | None 
     """The algorithms that apply to ``collective`` on a group of ``ranks``."""
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
-    if collective == "send_recv":
+    if collective in _RING_ONLY:
         return ("ring",)
     found = ["ring"]
     if collective in _TREE_COLLECTIVES:

@@ -25,6 +25,13 @@ def test_ring_one_pass_collectives(collective):
     assert collective_cost(collective, N, 4, TINY, "ring").time_ns == pytest.approx(750.0 + 30.0)
 
 
+@pytest.mark.parametrize("collective", ["scatter", "gather"])
+def test_scatter_and_gather_are_ring_only_one_pass_collectives(collective):
+    # The root's link carries (p-1)/p of the full tensor, as in a ring reduce-scatter.
+    assert algorithms_for(collective, 16, TINY) == ("ring",)
+    assert collective_cost(collective, N, 4, TINY).time_ns == pytest.approx(750.0 + 30.0)
+
+
 def test_ring_broadcast_send_recv_and_barrier():
     assert collective_cost("broadcast", N, 4, TINY, "ring").time_ns == pytest.approx(1000.0 + 30.0)
     assert collective_cost("send_recv", N, 4, TINY).time_ns == pytest.approx(1000.0 + 10.0)
