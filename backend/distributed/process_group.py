@@ -41,15 +41,15 @@ class DeviceWork(dist.Work):
         return self._work is None or self._work.is_completed()
 
     def get_future(self) -> torch.futures.Future:
-        outputs = self._outputs
-        try:
-            return self._work.get_future().then(lambda _: outputs)
-        except (AttributeError, RuntimeError):
-            # No future for this op (gloo's reduce_scatter_base, or nothing issued): finish it now.
-            self.wait()
-            done = torch.futures.Future()
-            done.set_result(outputs)
-            return done
+        # Not ``self._work.get_future().then(python_fn)``: that callback is released on a gloo
+        # worker thread, which needs the GIL, and a group destroyed meanwhile (DDP teardown) joins
+        # that thread while holding the GIL -- a deadlock seen in about one run in three. The
+        # exchange finishes here instead; simulated overlap comes from the op stream, not from it.
+        if self._work is not None:
+            self._work.wait()
+        done = torch.futures.Future()
+        done.set_result(self._outputs)
+        return done
 
 
 def _nbytes(tensors) -> int:
