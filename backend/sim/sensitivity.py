@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import backend.sim.assumptions as assumptions
 from backend.sim.presets import NeuronConfig, get_target
+from backend.sim.spec import HardwareConfig
 
 __all__ = ["Knob", "Effect", "TimeBand", "knobs_for", "time_band", "format_ns"]
 
@@ -35,9 +36,10 @@ class Knob:
         return self.name.startswith(PRESET)
 
 
-def knobs_for(target: NeuronConfig) -> list[Knob]:
-    """Every assumption with a range: the registry's, then the target's labelled preset fields."""
-    found = [Knob(a.name, a.value, *a.plausible) for a in assumptions.registered() if a.plausible]
+def knobs_for(target: HardwareConfig, registry: bool = True) -> list[Knob]:
+    """Every assumption with a range: the registry's (NeuronCore model constants; ``registry``
+    False leaves them out, for other kinds of target), then the target's labelled preset fields."""
+    found = [Knob(a.name, a.value, *a.plausible) for a in assumptions.registered() if a.plausible] if registry else []
     for f in type(target).spec_fields():
         info = target.info(f.name)
         if info.is_assumption and info.plausible is not None:
@@ -113,10 +115,13 @@ def _run_at(run: Callable[[NeuronConfig], float], target: NeuronConfig, values: 
         return float(run(moved))
 
 
-def time_band(run: Callable[[NeuronConfig], float], target: str | NeuronConfig | None = None,
+def time_band(run: Callable[[NeuronConfig], float], target: str | HardwareConfig | None = None,
               knobs: Iterable[Knob] | None = None) -> TimeBand:
-    """The band of ``run(target)`` (ns) over the knobs' ranges (default: :func:`knobs_for`)."""
-    t = get_target(target, kind="neuron")
+    """The band of ``run(target)`` (ns) over the knobs' ranges (default: :func:`knobs_for`).
+
+    ``target`` is any preset (a NeuronCore by default; a GPU or TPU config works the same, with
+    ``knobs`` naming its preset fields: the registry's assumptions are NeuronCore ones)."""
+    t = get_target(target)
     knobs = list(knobs_for(t) if knobs is None else knobs)
     nominal = _run_at(run, t, {})
     effects = [Effect(k, _run_at(run, t, {k.name: k.low}), _run_at(run, t, {k.name: k.high})) for k in knobs]

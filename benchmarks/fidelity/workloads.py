@@ -25,7 +25,7 @@ from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.presets import NeuronConfig
 from benchmarks.op_streams import OpStream, block_backward, block_forward, lm_loss_backward
 
-__all__ = ["bert_pretraining_step", "lora_llama_step", "per_layer_run", "per_layer_replay", "mamba_workload", "BERT_LARGE",
+__all__ = ["bert_pretraining_step", "lora_llama_step", "REMAT_PARTS", "per_layer_run", "per_layer_replay", "mamba_workload", "BERT_LARGE",
            "LLAMA_8B"]
 
 BERT_LARGE = {"layers": 24, "d": 1024, "heads": 16, "vocab": 30522, "positions": 512}
@@ -111,9 +111,53 @@ def _frozen_linear_backward(s: OpStream, g: TensorDesc, x: TensorDesc, d_in: int
         s.op("aten::mm", [ga, s.t(rank, d_in)], [s.t(tokens, d_in)])
 
 
+# What a rematerialisation policy recomputes in each layer's backward (what the backward reads
+# and the policy did not keep): norm outputs, RoPE, the attention forward (flash attention keeps
+# no scores), the output projection (for the second norm's input), the MLP's gate/up/act.
+REMAT_PARTS = frozenset({"norms", "rope", "attention", "out_proj", "mlp_in"})
+
+
+def _flash_attention(s: OpStream, qh: TensorDesc, kh: TensorDesc) -> TensorDesc:
+    batch, heads, seq, hd = qh.shape
+    return s.op("aten::_scaled_dot_product_flash_attention_for_cpu", [qh, kh, kh],
+                [s.t(batch, heads, seq, hd), s.t(batch, heads, seq)], is_causal=True, dropout_p=0.0)
+
+
+def _mlp_in(s: OpStream, h2: TensorDesc, d: int, ffn: int) -> tuple[TensorDesc, TensorDesc, TensorDesc]:
+    """gate, up and silu(gate) * up."""
+    tokens = h2.shape[0]
+    gate, up = _frozen_linear(s, h2, d, ffn), _frozen_linear(s, h2, d, ffn)
+    return gate, up, s.op("aten::mul", [s.op("aten::silu", [gate], [s.t(tokens, ffn)]), up], [s.t(tokens, ffn)])
+
+
+def _rematerialise(s: OpStream, parts: frozenset[str], qh: TensorDesc, kh: TensorDesc, merged: TensorDesc,
+                   rank: int, d: int, kv_width: int, ffn: int) -> None:
+    """Replay the forward ops of one layer that the backward reads and ``parts`` did not keep."""
+    tokens = merged.shape[0]
+    if "norms" in parts:
+        _rms_norm(s, s.t(tokens, d))                 # input of the q/k/v weight gradients
+    if "rope" in parts:
+        _rope(s, s.t(tokens, d))
+        _rope(s, s.t(tokens, kv_width))
+    if "attention" in parts:
+        _flash_attention(s, qh, kh)                  # output and logsumexp for its backward
+    if "out_proj" in parts:
+        s.op("aten::add", [s.t(tokens, d), _frozen_linear(s, merged, d, d)], [s.t(tokens, d)], alpha=1)
+    if "norms" in parts:
+        _rms_norm(s, s.t(tokens, d))
+    if "mlp_in" in parts:
+        _mlp_in(s, s.t(tokens, d), d, ffn)
+
+
 def lora_llama_step(layers: int, seq: int = 2048, batch: int = 1, rank: int = 16, dtype: str = "bfloat16",
-                    **dims) -> list[OpRecord]:
-    """A LoRA fine-tuning step of a Llama block stack (frozen base weights), as eager aten ops."""
+                    recompute: frozenset[str] = frozenset(), **dims) -> list[OpRecord]:
+    """A LoRA fine-tuning step of a Llama block stack (frozen base weights), as eager aten ops.
+
+    ``recompute``: parts of each layer's forward (``REMAT_PARTS``) replayed before its backward,
+    as activation rematerialisation does; empty keeps every activation (no remat)."""
+    unknown = set(recompute) - REMAT_PARTS
+    if unknown:
+        raise ValueError(f"unknown remat parts {sorted(unknown)}; known: {sorted(REMAT_PARTS)}")
     cfg = {**LLAMA_8B, **dims}
     d, heads, kv, ffn, vocab = cfg["d"], cfg["heads"], cfg["kv_heads"], cfg["ffn"], cfg["vocab"]
     s, tokens, hd = OpStream(dtype), batch * seq, d // heads
@@ -126,18 +170,18 @@ def lora_llama_step(layers: int, seq: int = 2048, batch: int = 1, rank: int = 16
         _frozen_linear(s, h, d, kv * hd, rank)
         qh = s.view(q, batch, heads, seq, hd, strides=(seq * d, hd, d, 1))
         kh = s.op("aten::clone", [s.view(k, batch, heads, seq, hd, strides=(0, 0, hd, 1))], [s.t(batch, heads, seq, hd)])
-        attn = s.op("aten::_scaled_dot_product_flash_attention_for_cpu", [qh, kh, kh],
-                    [s.t(batch, heads, seq, hd), s.t(batch, heads, seq)], is_causal=True, dropout_p=0.0)
+        attn = _flash_attention(s, qh, kh)
         merged = s.op("aten::clone", [attn], [s.t(tokens, d)])
         x = s.op("aten::add", [x, _frozen_linear(s, merged, d, d)], [s.t(tokens, d)], alpha=1)
         h2 = _rms_norm(s, x)
-        gate, up = _frozen_linear(s, h2, d, ffn), _frozen_linear(s, h2, d, ffn)
-        act = s.op("aten::mul", [s.op("aten::silu", [gate], [s.t(tokens, ffn)]), up], [s.t(tokens, ffn)])
+        gate, up, act = _mlp_in(s, h2, d, ffn)
         s.op("aten::add", [x, _frozen_linear(s, act, ffn, d)], [s.t(tokens, d)], alpha=1)
         saved.append((h, qh, kh, attn, merged, h2, gate, up, act))
     h = _rms_norm(s, s.t(tokens, d))
     lm_loss_backward(s, _frozen_linear(s, h, d, vocab), h, s.t(vocab, d))
     for h, qh, kh, attn, merged, h2, gate, up, act in reversed(saved):
+        if recompute:
+            _rematerialise(s, recompute, qh, kh, merged, rank, d, kv * hd, ffn)
         g = s.t(tokens, d)
         _frozen_linear_backward(s, g, act, ffn, d)
         g_act = s.t(tokens, ffn)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.fidelity.tpu import LLAMA2_70B, full_llama_step, tpu_ns, tpu_rows
+from benchmarks.fidelity.tpu import LLAMA2_70B, REMAT, full_llama_step, tpu_ns, tpu_rows
 from benchmarks.fidelity.workloads import LLAMA_8B, lora_llama_step
 
 
@@ -27,3 +27,31 @@ def test_rows_cite_published_throughput_as_time_per_sequence():
     assert llama70.predicted_ns > llama8.predicted_ns > 0
     assert not_run.predicted == "not run" and "not run:" in not_run.note
     assert LLAMA2_70B["layers"] == 80 and LLAMA_8B["layers"] == 32
+
+
+def test_remat_replays_what_the_backward_reads_and_the_policy_dropped():
+    plain = [r.name for r in lora_llama_step(1, seq=64, rank=0)]
+    mlp_only = [r.name for r in lora_llama_step(1, seq=64, rank=0, recompute=frozenset({"mlp_in"}))]
+    extra = list(mlp_only)
+    for name in plain:                          # the remat stream is the plain one plus the replay
+        extra.remove(name)
+    assert sorted(n for n in extra if n != "aten::view") == ["aten::mm", "aten::mm", "aten::mul", "aten::silu"]
+    both = lora_llama_step(2, seq=64, rank=0, recompute=REMAT["qkv_proj_offloaded"])
+    flash = [r for r in both if r.name == "aten::_scaled_dot_product_flash_attention_for_cpu"]
+    assert len(flash) == 4                      # each layer's forward, and its replay
+    with pytest.raises(ValueError, match="unknown remat parts"):
+        lora_llama_step(1, seq=64, recompute=frozenset({"everything"}))
+
+
+def test_out_proj_recomputed_only_by_the_policy_that_does_not_offload_it():
+    assert "out_proj" in REMAT["qkv_proj_offloaded"]
+    assert all("out_proj" not in parts for name, parts in REMAT.items() if name.startswith("custom"))
+    slower = tpu_ns(full_llama_step(1, seq=256, recompute=REMAT["qkv_proj_offloaded"]), "v6e")
+    assert slower > tpu_ns(full_llama_step(1, seq=256), "v6e")
+
+
+def test_tpu_rows_carry_a_band_over_the_tpu_assumptions_only():
+    llama8 = tpu_rows()[0]
+    assert llama8.band.low_ns < llama8.predicted_ns < llama8.band.high_ns
+    assert all(e.knob.is_preset for e in llama8.band.effects)
+    assert "max_mxu_efficiency" in llama8.note
