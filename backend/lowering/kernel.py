@@ -13,12 +13,14 @@ as operands already on chip since the kernel began (they load nothing for them).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from math import prod
 
 from backend.lowering.builder import Builder, OpContext
 from backend.lowering.data import fallback_into
 from backend.lowering.eager import lower_into
+from backend.lowering.stream import STREAM_BUFS
 from backend.sim import assumptions
-from backend.sim.flops import op_flops
+from backend.sim.flops import base_name, is_matmul_like, op_flops
 from backend.sim.descriptors import OpRecord
 from backend.sim.ir import Program
 from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
@@ -56,20 +58,58 @@ def _through_views(records: Sequence[OpRecord], links: dict) -> dict:
     return {c: p for c, p in resolved.items() if p is not None}
 
 
-def _plan_residency(records: Sequence[OpRecord], links: Mapping, budget: int) -> tuple[set, int]:
-    """Intermediates kept in SBUF, and the bytes spilled (store + one load per consumer)."""
-    sizes = {p: records[p[0]].outputs[p[1]].nbytes for p in links.values()}
+# The operand whose rows are the output's rows: a matmul needs one block of its rows at a time.
+_LEFT_OPERAND = {"aten::mm": 0, "aten::bmm": 0, "aten::matmul": 0, "aten::linear": 0, "aten::addmm": 1, "aten::baddbmm": 1}
+
+
+def _footprint(consumer: OpRecord, index: int, whole: int, t: NeuronConfig, tile: int) -> int:
+    """SBUF bytes an intermediate occupies while ``consumer`` reads it as input ``index``."""
+    name, desc = base_name(consumer.name), consumer.inputs[index]
+    block = STREAM_BUFS * t.partitions           # double-buffered, one row per partition
+    if "attention" in name and len(desc.shape) >= 3:
+        # flash attention works one (batch, head) slice at a time
+        return min(whole, STREAM_BUFS * whole // max(1, prod(desc.shape[:-2])))
+    if is_matmul_like(name):
+        if _LEFT_OPERAND.get(name) == index and len(desc.shape) >= 2:
+            return min(whole, block * desc.shape[-1] * desc.itemsize)
+        return whole                             # reused across every output tile
+    if ("softmax" in name or "norm" in name) and desc.shape:
+        return min(whole, block * max(tile, desc.shape[-1] * desc.itemsize))   # whole rows
+    return min(whole, block * tile)
+
+
+def _footprints(records: Sequence[OpRecord], links: Mapping, t: NeuronConfig) -> dict:
+    """SBUF bytes each linked intermediate occupies while it is live.
+
+    A fused kernel runs its ops tile by tile (the consumer waits on the producer's tile groups),
+    so an intermediate is live one tile group at a time: ``STREAM_BUFS`` buffers of a stream tile
+    on every partition for pointwise and reducing consumers, of whole rows for softmax and
+    norms, of a block of rows for the left operand of a matmul, of one (batch, head) slice for
+    attention. A matmul reuses its other operand across all its output tiles: that one stays
+    whole.
+    """
+    tile = assumptions.value("stream.tile_bytes_per_partition")
+    sizes: dict = {}
+    for (c, i), p in links.items():
+        need = _footprint(records[c], i, records[p[0]].outputs[p[1]].nbytes, t, tile)
+        sizes[p] = max(sizes.get(p, 0), need)
+    return sizes
+
+
+def _plan_residency(records: Sequence[OpRecord], links: Mapping, sizes: Mapping, budget: int) -> tuple[set, int]:
+    """Intermediates kept in SBUF (``sizes``: their footprints), and the bytes spilled (the
+    whole tensor stored, plus one load per consumer)."""
     last_use: dict = {}
     consumers: dict = {}
     for (c, _), p in links.items():
         last_use[p] = max(last_use.get(p, c), c)
         consumers[p] = consumers.get(p, 0) + 1
-    resident = set(sizes)
+    resident = set(links.values())
     spill = 0
     while resident and _peak(resident, sizes, last_use, len(records)) > budget:
         victim = max(resident, key=lambda r: (sizes[r], r))
         resident.discard(victim)
-        spill += sizes[victim] * (1 + consumers[victim])
+        spill += records[victim[0]].outputs[victim[1]].nbytes * (1 + consumers[victim])
     return resident, spill
 
 
@@ -110,7 +150,9 @@ def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronCon
                       output_shapes=", ".join(f"{records[j].outputs[k].dtype}{list(records[j].outputs[k].shape)}"
                                               for j, k in sorted(escaping)),
                       source=next((r.source for r in records if r.source), None))
-    resident, program.info.spill_bytes = _plan_residency(records, links, int(assumptions.value("kernel.resident_fraction") * t.sbuf_usable_bytes))
+    footprints = _footprints(records, links, t)
+    resident, program.info.spill_bytes = _plan_residency(
+        records, links, footprints, int(assumptions.value("kernel.resident_fraction") * t.sbuf_usable_bytes))
     b = _KernelBuilder(program, t)
     ready: dict = {}            # producer output -> instruction ids after which it is available
     for j, rec in enumerate(records):
@@ -131,7 +173,7 @@ def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronCon
         for k in range(len(rec.outputs)):
             ready[(j, k)] = tuple(ctx.out_ready[k] or last_id)
     b.base_deps = ()
-    resident_bytes = _peak(resident, {r: records[r[0]].outputs[r[1]].nbytes for r in resident},
+    resident_bytes = _peak(resident, footprints,
                            {r: max((c for (c, _), p in links.items() if p == r), default=r[0]) for r in resident},
                            len(records))
     # values handed over from the previous kernel occupy SBUF until this one is done with them

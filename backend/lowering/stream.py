@@ -16,12 +16,15 @@ from backend.lowering.builder import OpContext, itemsize, split_even
 from backend.sim import assumptions
 from backend.sim.presets import NeuronConfig
 
-__all__ = ["Stage", "TileIO", "stream", "elementwise_tiling", "plane_stream", "plane_tiling", "vector_stage",
+__all__ = ["STREAM_BUFS", "Stage", "TileIO", "stream", "elementwise_tiling", "plane_stream", "plane_tiling", "vector_stage",
            "scalar_stage"]
 
 # Tile sizes and group counts are modelling assumptions (backend.sim.assumptions): stream.tile_bytes_
 # per_partition (8 KiB, past the >= 4 KiB DMA knee), stream.plane_bytes_per_partition (plane ops
 # hold every operand's share of a plane at once) and stream.max_groups.
+# Two buffers per operand (double buffering) overlap a tile's load and store with the compute of
+# its neighbours, as the NKI tutorials' tile pipelines do.
+STREAM_BUFS = 2
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ def elementwise_tiling(numel: int, dtype: str, target: NeuronConfig) -> tuple[in
 
 
 def stream(ctx: OpContext, *, tiles: int, partitions: int, stages: list[Stage], loads: list[TileIO],
-           stores: list[TileIO], bufs: int = 2, max_groups: int | None = None, extra_deps: tuple = (),
+           stores: list[TileIO], bufs: int = STREAM_BUFS, max_groups: int | None = None, extra_deps: tuple = (),
            extra_sbuf_bytes: int = 0) -> list[int]:
     """Emit the pipeline; returns the last compute instruction of each tile group."""
     if not stages:

@@ -107,3 +107,29 @@ def test_views_inside_a_kernel_alias_their_source():
     fused = Simulator("trn2").run(kernel).ops[0]
     assert kernel.info.spill_bytes == 0
     assert fused.hbm_read_bytes == x.nbytes and fused.hbm_write_bytes == x.nbytes
+
+
+def _chain(rows, cols, dtype="bfloat16"):
+    """exp -> mul -> (mm as the left operand | mm as the right operand) over [rows, cols]."""
+    x, w = T((rows, cols), dtype), T((cols, 256), dtype)
+    left = [OpRecord(0, "aten::exp", (x,), (x,), {}), OpRecord(1, "aten::mul", (x, x), (x,), {}),
+            OpRecord(2, "aten::mm", (x, w), (T((rows, 256), dtype),), {})]
+    right = left[:2] + [OpRecord(2, "aten::mm", (T((256, rows), dtype), x), (T((256, cols), dtype),), {})]
+    return left, right
+
+
+def test_pointwise_chains_stream_tile_by_tile_through_sbuf():
+    # [8192, 8192] bf16 = 128 MiB per intermediate, ~5x the SBUF: streamed, nothing spills, and
+    # the left operand of a matmul is consumed one block of rows at a time.
+    left, _ = _chain(8192, 8192)
+    kernel = lower_kernel("k", left, "trn2", links={(1, 0): (0, 0), (1, 1): (0, 0), (2, 0): (1, 0)})
+    assert kernel.info.spill_bytes == 0
+    # footprints: exp's output 2 x 128 partitions x 8 KiB tiles, mul's a 2 x 128-row block of 16 KiB rows
+    assert kernel.info.sbuf_peak_bytes >= 2 * 128 * 8192 * 2
+
+
+def test_right_operand_of_a_matmul_stays_whole_and_spills_when_it_cannot():
+    _, right = _chain(8192, 8192)
+    kernel = lower_kernel("k", right, "trn2", links={(1, 0): (0, 0), (1, 1): (0, 0), (2, 1): (1, 0)})
+    whole = 8192 * 8192 * 2
+    assert kernel.info.spill_bytes == whole * 2          # stored once, loaded once by the matmul
