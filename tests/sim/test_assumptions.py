@@ -22,6 +22,7 @@ FACTS = {
     ("sorting.py", "_INDEX_BYTES"): "indices are int32 on chip",
     ("planner.py", "_PICKS_MAX"): "size of a memo of plans; never changes a time",
     ("kernel.py", "_AT_START"): "a marker id for values already in SBUF; never a cost",
+    ("stream.py", "STREAM_BUFS"): "double buffering, as the NKI tutorials' tile pipelines allocate (bufs=2)",
 }
 
 
