@@ -36,14 +36,16 @@ class Profile:
 
     ``meta`` carries how the run was made (device, target, compiled, wall_time_s, ...);
     ``result`` holds what the profiled callable returned, when there was one; ``workload`` what
-    the NeuronCore was fed (kept by ``profile()``), which :meth:`time_band` replays.
+    the simulator was fed and ``replay`` (``config -> ns``) runs it again on another config
+    (both set by ``profile()`` and the migration report), which :meth:`time_band` uses.
     """
 
     def __init__(self, traces=(), graphs=(), *, meta: dict | None = None):
         self.meta: dict = dict(meta or {})
         self.result = None
         self.workload: list | None = None
-        self.workload_target = None          # the NeuronConfig the workload ran on
+        self.workload_target = None          # the config (NeuronCore, GPU, TPU) the workload ran on
+        self.replay = None                   # config -> simulated ns of the workload there
         self.band = None
         self._attach(traces, graphs)
 
@@ -83,16 +85,19 @@ class Profile:
 
     def time_band(self):
         """The simulated time with its error band (``backend.sim.sensitivity.TimeBand``): the run
-        replayed with every modelling assumption at its plausible range ends. Costs about two
-        replays per assumption, so it runs on request; afterwards ``summary`` carries
-        ``total_time_low`` / ``total_time_high``."""
-        if self.workload is None:
-            raise RuntimeError("time_band() needs a NeuronCore profile made by profile(); this one kept no "
-                               "workload to replay")
-        from backend.lowering.timeline import replay
+        replayed with every modelling assumption of its target (NeuronCore, GPU or TPU) at its
+        plausible range ends. Costs about two replays per assumption, so it runs on request;
+        afterwards ``summary`` carries ``total_time_low`` / ``total_time_high``."""
+        replay = self.replay
+        if replay is None and self.workload is not None:      # a NeuronCore workload set by hand
+            from backend.lowering.timeline import replay as replay_neuron
+            workload = self.workload
+            replay = lambda target: replay_neuron(workload, target)    # noqa: E731
+        if replay is None:
+            raise RuntimeError("time_band() needs a profile made by profile() or migration_report(); this one "
+                               "kept no workload to replay")
         from backend.sim.sensitivity import time_band
-        self.band = time_band(lambda target: replay(self.workload, target),
-                              self.workload_target or self.meta.get("target"))
+        self.band = time_band(replay, self.workload_target or self.meta.get("target"))
         return self.band
 
     @cached_property

@@ -33,17 +33,18 @@ RUNS_ON = {"tpu": "neuron"}
 
 
 def make_sink(device: str, target: str | None = None):
-    """The simulator session that costs ops for ``device`` ("neuron", "cuda" or "tpu")."""
+    """The simulator session that costs ops for ``device`` ("neuron", "cuda" or "tpu"); it keeps
+    what it is fed, so its run can be replayed on other configs (``replay_ns``, error bands)."""
     target = target or DEFAULT_TARGETS.get(device)
     if device == "neuron":
         from backend.lowering import EagerSession
         return EagerSession(target=target, keep_workload=True)
     if device == "cuda":
         from backend.sim.gpu import GpuSession
-        return GpuSession(preset=target)
+        return GpuSession(preset=target, keep_workload=True)
     if device == "tpu":
         from backend.sim.tpu import TpuSession
-        return TpuSession(preset=target)
+        return TpuSession(preset=target, keep_workload=True)
     raise ValueError(f"no simulator for device {device!r}: profile() supports {SIMULATED_DEVICES}; "
                      "use compare() for measured CPU wall time")
 
@@ -180,7 +181,8 @@ class ProfileSession:
         # Keep what ran before an exception: a partial profile helps find the failing op.
         self.profile._attach([trace], graphs)
         self.profile.workload = getattr(self.sink, "workload", None)
-        self.profile.workload_target = getattr(self.sink, "target", None)
+        self.profile.workload_target = getattr(self.sink, "target", None) or getattr(self.sink, "config", None)
+        self.profile.replay = getattr(self.sink, "replay_ns", None)
         if exc_type is not None:
             self.profile.meta["error"] = f"{exc_type.__name__}: {exc}"
         log.debug("profiled %d ops on %s %s in %.3f s", len(self.sink.trace.ops), self.device, self.target, wall)

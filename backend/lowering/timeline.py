@@ -73,6 +73,12 @@ class EagerSession:
     def trace(self) -> Trace:
         return self._sim.trace
 
+    def replay_ns(self, target: str | NeuronConfig) -> float:
+        """Simulated ns of everything this session was fed, run again on ``target``."""
+        if self.workload is None:
+            raise RuntimeError("EagerSession kept no workload to replay (make it with keep_workload=True)")
+        return replay(self.workload, target)
+
     @property
     def now_ns(self) -> float:
         return self._sim.now_ns

@@ -36,10 +36,11 @@ class Knob:
         return self.name.startswith(PRESET)
 
 
-def knobs_for(target: HardwareConfig, registry: bool = True) -> list[Knob]:
-    """Every assumption with a range: the registry's (NeuronCore model constants; ``registry``
-    False leaves them out, for other kinds of target), then the target's labelled preset fields."""
-    found = [Knob(a.name, a.value, *a.plausible) for a in assumptions.registered() if a.plausible] if registry else []
+def knobs_for(target: HardwareConfig) -> list[Knob]:
+    """Every assumption with a range: the registry's (NeuronCore model constants, so for
+    NeuronCore targets only), then the target's labelled preset fields."""
+    found = ([Knob(a.name, a.value, *a.plausible) for a in assumptions.registered() if a.plausible]
+             if target.kind == "neuron" else [])
     for f in type(target).spec_fields():
         info = target.info(f.name)
         if info.is_assumption and info.plausible is not None:
@@ -119,8 +120,7 @@ def time_band(run: Callable[[NeuronConfig], float], target: str | HardwareConfig
               knobs: Iterable[Knob] | None = None) -> TimeBand:
     """The band of ``run(target)`` (ns) over the knobs' ranges (default: :func:`knobs_for`).
 
-    ``target`` is any preset (a NeuronCore by default; a GPU or TPU config works the same, with
-    ``knobs`` naming its preset fields: the registry's assumptions are NeuronCore ones)."""
+    ``target`` is any preset: a NeuronCore by default, a GPU or TPU config the same way."""
     t = get_target(target)
     knobs = list(knobs_for(t) if knobs is None else knobs)
     nominal = _run_at(run, t, {})

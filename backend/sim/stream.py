@@ -4,6 +4,9 @@ Work runs back to back on one stream: each costed op or kernel becomes an :class
 starting where the previous one ended, with one :class:`InstructionEvent` per busy track.
 Host<->device transfers pay an issue overhead, then copy over the host link on the ``copy``
 track. Subclasses set ``engines``, build ``self._trace`` and say what a copy costs.
+
+A session made with ``keep_workload`` remembers what it was fed, so the run can be replayed on
+another config (``replay_ns``: what-ifs and ``backend.sim.sensitivity`` error bands).
 """
 from __future__ import annotations
 
@@ -24,6 +27,24 @@ class StreamTimeline:
     engines: tuple[str, ...] = ()
     _trace: Trace
     _now_ns: float
+    workload: list | None = None     # (method name, args, kwargs) per call, with keep_workload
+
+    def _keep(self, method: str, *args, **kwargs) -> None:
+        if self.workload is not None:
+            self.workload.append((method, args, kwargs))
+
+    def _fresh(self, config) -> "StreamTimeline":
+        """An empty session of this kind on ``config`` (otherwise set up as this one)."""
+        raise NotImplementedError
+
+    def replay_ns(self, config) -> float:
+        """Simulated ns of everything this session was fed, run again on ``config``."""
+        if self.workload is None:
+            raise RuntimeError(f"{type(self).__name__} kept no workload to replay (make it with keep_workload=True)")
+        fresh = self._fresh(config)
+        for method, args, kwargs in self.workload:
+            getattr(fresh, method)(*args, **kwargs)
+        return fresh.trace.total_time_ns
 
     def copy_ns(self, nbytes: int) -> float:
         """Time to move ``nbytes`` over the host link."""

@@ -62,8 +62,8 @@ class Row:
 
 
 def _timed(name: str, run: Callable[[NeuronConfig], float], target: NeuronConfig, published_ns: float,
-           note: str, knobs=None) -> Row:
-    band = time_band(run, target, knobs)
+           note: str) -> Row:
+    band = time_band(run, target)
     dominant = ", ".join(e.knob.name for e in band.dominant(2))
     return Row(name, band.nominal_ns, published_ns, band, note + (f"; dominant: {dominant}" if dominant else ""))
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from backend.sim.descriptors import OpRecord, TensorDesc
-from backend.sim.sensitivity import knobs_for
 from backend.sim.tpu import TpuSession, get_tpu
 from backend.sim.tpu.presets import TpuConfig, v6e
 from benchmarks.op_streams import OpStream
@@ -99,8 +98,7 @@ def tpu_rows() -> list:
                            f"{TIERING}: {tokens_per_s:,.0f} tokens/s/device, {mfu} MFU; published = SL / tokens/s; "
                            f"predicted: one chip, full step with the recipe's remat ({policy}: recomputes "
                            f"{', '.join(sorted(REMAT[policy]))}), FSDP collectives and host offload traffic "
-                           f"excluded, {layers} layers from 1 and 2; band over the TPU preset's assumptions",
-                           knobs=knobs_for(v6e, registry=False)))
+                           f"excluded, {layers} layers from 1 and 2; band over the TPU preset's assumptions"))
     rows.append(Row("MaxText 32B-param model training (1x v5e-256, bf16)", None, None,
                     note="not run: MaxText's configs/v5e README publishes 132 TFLOP/s/chip (66.86% MFU) but no "
                          "stored page prints the 32B model's layers and widths, and its 256-chip step needs the "

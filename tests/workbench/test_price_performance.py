@@ -173,3 +173,12 @@ def test_beside_a_tpu_the_headline_prices_compiled_steps_on_both_sides():
     pct = (target.items_per_usd / baseline.items_per_usd - 1) * 100
     assert report.findings[0].startswith(f"price: {abs(pct):.0f}% {'more' if pct >= 0 else 'fewer'} tokens")
     assert "(compiled step, on-demand price per device)" in report.findings[0]
+
+
+def test_a_tpu_target_carries_its_own_timing_band():
+    torch.manual_seed(0)
+    report = wb.migration_report(TinyLM(), torch.randint(0, 64, (2, 8)), target="tpu:v6e", band=True)
+    low, high = percent_band(report)
+    target, baseline = report.step("target"), report.step("baseline")
+    assert low < (target.items_per_usd / baseline.items_per_usd - 1) * 100 < high
+    assert f"band {low:+.0f}% .. {high:+.0f}% from v6e's timing error band" in report.findings[0]

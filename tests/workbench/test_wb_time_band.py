@@ -29,3 +29,18 @@ def test_a_profile_without_a_workload_says_why(monkeypatch):
     with profile() as prof:
         torch.ones(4, device="neuron") + 1
     assert prof.workload is None
+    with pytest.raises(RuntimeError, match="kept no workload"):
+        prof.time_band()
+
+
+@pytest.mark.parametrize("device, target, knob", [("cuda", "h100", "preset:max_hbm_efficiency"),
+                                                  ("tpu", "v6e", "preset:max_mxu_efficiency")])
+def test_gpu_and_tpu_profiles_replay_over_their_own_assumptions(device, target, knob):
+    with profile(device=device, target=target) as prof:
+        a = torch.ones(512, 1024, device="neuron")
+        (a @ a.t()).relu().sum()
+    band = prof.time_band()
+    assert band.nominal_ns == pytest.approx(prof.summary["total_time_ns"], rel=1e-9)
+    assert prof.summary["total_time_low"] < prof.summary["total_time"] < prof.summary["total_time_high"]
+    names = {e.knob.name for e in band.effects}
+    assert knob in names and all(n.startswith("preset:") for n in names)   # no NeuronCore registry knobs

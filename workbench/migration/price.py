@@ -47,8 +47,7 @@ def price_line(report) -> str | None:
     pct = percent_more_per_dollar(target.items_per_usd, baseline.items_per_usd)
     band = percent_band(report)
     band_text = (f"band {band[0]:+.0f}% .. {band[1]:+.0f}% from {report.target}'s timing error band" if band
-                 else "no error band" + ("" if report.target_device == "neuron"
-                                         else f": {report.target_device} timing has no band yet"))
+                 else "no error band: migration_report(..., band=True) adds it")
     return (f"price: {abs(pct):.0f}% {'more' if pct >= 0 else 'fewer'} {unit} per dollar on {report.target} "
             f"than on {report.baseline} ({band_text}); {fmt_usd(target.usd_per_1m_items)} vs "
             f"{fmt_usd(baseline.usd_per_1m_items)} per 1M {unit} on {target.instance} vs {baseline.instance} "

@@ -117,13 +117,15 @@ def _profiles(recordings, target: CostTarget, baseline: CostTarget, timing_only:
     from workbench.profiles import Profile
     out = {}
     for rec in recordings:
-        for side, trace in ((target, rec.target_trace), (baseline, rec.baseline)):
+        for role, side, trace in (("target", target, rec.target_trace), ("baseline", baseline, rec.baseline)):
             on_neuron = trace is rec.neuron
             prof = Profile(trace, rec.graphs if on_neuron else (),
                            meta={"device": side.device, "target": side.name, "device_kind": side.device,
                                  "compiled": rec.mode == "compiled", "timing_only": timing_only})
-            if on_neuron:       # the NeuronCore's profile can replay itself: Profile.time_band()
-                prof.workload, prof.workload_target = rec.workload, side.config
+            # each side's profile can replay itself under other assumptions: Profile.time_band()
+            prof.replay, prof.workload_target = rec.replays.get(role), side.config
+            if on_neuron:
+                prof.workload = rec.workload
             out[f"{side.name} {rec.mode}"] = prof
     return out
 
@@ -173,7 +175,7 @@ def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEUR
     also reports op coverage) and each side costs the same op stream; a TPU on the compiled
     (XLA) path. The findings lead with tokens (or samples) per dollar on each side, from the
     instance prices of ``backend.sim.pricing``; ``band=True`` adds the target's timing error band
-    (``Profile.time_band()``, NeuronCore targets: about two replays of the step per assumption).
+    (``Profile.time_band()``: about two replays of the step per assumption of the target's model).
     ``timing_only``: the replicas hold shapes but no values (``torch.neuron.timing_only()``), for
     models larger than the host; every answer but numerics (which compares values) is the same.
     ``fit_chips``: also find the smallest number of chips the training step fits on, and its step
@@ -218,10 +220,10 @@ def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEUR
         from workbench.migration.price import headline_mode
 
         prof = report.target_profile(headline_mode(report))
-        if prof is not None and prof.workload is not None:
+        if prof is not None and prof.replay is not None:
             prof.time_band()
         else:
-            log.info("no timing error band for %s %s: only NeuronCore profiles replay", target_side.device,
+            log.info("no timing error band for %s %s: its step was not recorded", target_side.device,
                      target_side.name)
     if fit_chips is not None:
         report.chip_fit = fit_for_report(model, args, kwargs, cfg, fit_chips)

@@ -155,6 +155,7 @@ class StepRecording:
     graphs: list = field(default_factory=list)   # compiled graphs (compiled mode)
     target: Trace | None = None     # the target's trace when it is not that NeuronCore (a TPU)
     workload: list | None = None    # what the NeuronCore was fed (Profile.time_band replays it)
+    replays: dict = field(default_factory=dict)   # "target" / "baseline" -> config -> ns of the step there
 
     @property
     def target_trace(self) -> Trace:
@@ -207,4 +208,5 @@ def record_step(model: torch.nn.Module, args, kwargs, *, target, baseline, train
         graphs = compiled_graphs()[graphs_before:]
     log.debug("recorded %s step: %d neuron ops", "compiled" if compiled else "eager", len(neuron.trace.ops))
     return StepRecording("compiled" if compiled else "eager", neuron.trace, gpu.trace, ends, graphs,
-                         target=other.trace if other is not None else None, workload=neuron.workload)
+                         target=other.trace if other is not None else None, workload=neuron.workload,
+                         replays={"target": (other or neuron).replay_ns, "baseline": gpu.replay_ns})

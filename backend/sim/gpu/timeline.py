@@ -39,11 +39,15 @@ class GpuSession(StreamTimeline):
     engines = GPU_ENGINES
 
     def __init__(self, preset: str | GpuConfig = DEFAULT_GPU_TARGET, max_events: int = 200_000,
-                 graph_replay: bool = False) -> None:
+                 graph_replay: bool = False, keep_workload: bool = False) -> None:
         self.config = get_gpu(preset)
         self.max_events = max_events
         self.graph_replay = graph_replay
+        self.workload = [] if keep_workload else None
         self.reset()
+
+    def _fresh(self, config) -> "GpuSession":
+        return GpuSession(config, max_events=0, graph_replay=self.graph_replay)
 
     @property
     def launch_ns(self) -> float:
@@ -68,6 +72,7 @@ class GpuSession(StreamTimeline):
     # -- feeding -----------------------------------------------------------------------------
     def feed(self, record: OpRecord) -> None:
         """Cost one eager op on the stream."""
+        self._keep("feed", record)
         waits = record.attrs.get(WAITS_FOR)
         if waits:
             self._wait(self._lane.until(waits))
@@ -85,6 +90,7 @@ class GpuSession(StreamTimeline):
     def feed_kernel(self, name: str, records: list[OpRecord], internal_bytes_saved: int = 0,
                     nodes=(), source: str | None = None) -> None:
         """Cost one compiled kernel that runs ``records`` fused (views inside are free)."""
+        self._keep("feed_kernel", name, records, internal_bytes_saved, nodes, source)
         work = [r for r in records if not r.is_view and not r.transfer]
         cost = fused_cost(self.config, work, self.launch_ns, internal_bytes_saved)
         self._label_kernel(self._feed_cost(name, "kernel", None, cost), work, nodes, source)

@@ -34,10 +34,15 @@ class TpuSession(StreamTimeline):
 
     engines = TPU_ENGINES
 
-    def __init__(self, preset: str | TpuConfig = DEFAULT_TPU_TARGET, max_events: int = 200_000) -> None:
+    def __init__(self, preset: str | TpuConfig = DEFAULT_TPU_TARGET, max_events: int = 200_000,
+                 keep_workload: bool = False) -> None:
         self.config = get_tpu(preset)
         self.max_events = max_events
+        self.workload = [] if keep_workload else None
         self.reset()
+
+    def _fresh(self, config) -> "TpuSession":
+        return TpuSession(config, max_events=0)
 
     @property
     def trace(self) -> Trace:
@@ -63,6 +68,7 @@ class TpuSession(StreamTimeline):
     # -- feeding -----------------------------------------------------------------------------
     def feed(self, record: OpRecord) -> None:
         """Add one op to the running fusion (or cost it, for transfers and views)."""
+        self._keep("feed", record)
         self._reopen()
         if record.transfer:
             self._close_fusion()
@@ -80,6 +86,7 @@ class TpuSession(StreamTimeline):
     def feed_kernel(self, name: str, records: list[OpRecord], internal_bytes_saved: int = 0,
                     nodes=(), source: str | None = None) -> None:
         """Cost one compiled kernel as one fusion (views inside are free)."""
+        self._keep("feed_kernel", name, records, internal_bytes_saved, nodes, source)
         self._reopen()
         self._close_fusion()
         work = [r for r in records if not r.is_view and not r.transfer]
