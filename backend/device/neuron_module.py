@@ -84,7 +84,8 @@ def set_target(name: str = DEFAULT_TARGET, lnc: int | None = None):
     if lnc_of(config) != 1:
         if lnc is not None and lnc != lnc_of(config):
             raise ValueError(f"{config.name} is a logical core at LNC={lnc_of(config)}, not LNC={lnc}")
-        physical = preset(physical_name(config.name.rstrip("*")))
+        # The selected core's own physical config, else the stock preset it is named after.
+        physical = SELECTION.physical if config is SELECTION.config else preset(physical_name(config.name))
     else:
         if lnc is None:
             lnc = SELECTION.lnc or lnc_from_environment() or default_lnc(config)

@@ -44,7 +44,7 @@ ENGINE_SPEEDUP = Assumption(
         "2 is an ideal even split by the compiler, uneven splits and cross-core synchronisation "
         "lose some of it", plausible=(1.5, 2.0))
 
-_LOGICAL_SUFFIX = re.compile(r"/lnc(\d+)$")
+_LOGICAL_SUFFIX = re.compile(r"/lnc(\d+)\*?$")
 _CLOCKS = ("tensor_clock_hz", "vector_clock_hz", "scalar_clock_hz", "gpsimd_clock_hz")
 
 
