@@ -43,6 +43,8 @@ def _traced(fn, rank: int, trace_dir: str):
 
 def _run_rank(rank, fn, nprocs, args, backend, environment, results, trace_dir=None):
     os.environ.update(environment)      # in the rank's process only: the caller's stays as it was
+    # What torchrun sets: the "neuron" group binds the rank to neuron:<LOCAL_RANK % device_count>.
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs))
     dist.init_process_group(backend, rank=rank, world_size=nprocs)
     try:
         run = fn if trace_dir is None else _traced(fn, rank, trace_dir)

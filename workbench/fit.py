@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from backend.lowering.collectives import priced_on
 from backend.sim.presets import get_target
+from backend.sim.logical_cores import physical_name
 from backend.sim.topology import DEFAULT_TOPOLOGY, get_topology, per_core
 
 __all__ = ["fit_chips", "ChipFit", "PLANS"]
@@ -78,7 +79,7 @@ def _gib(nbytes: int) -> str:
 
 def _topology_for(target_name: str) -> str:
     try:
-        return get_topology(target_name.rstrip("*")).name
+        return get_topology(physical_name(target_name.rstrip("*"))).name
     except ValueError:
         return DEFAULT_TOPOLOGY
 
@@ -214,7 +215,7 @@ def fit_chips(model_fn, inputs, target: str = "trn2", plan: str = "fsdp", *, hbm
     if hbm_bytes is not None:
         cfg = cfg.derive(hbm_bytes=int(hbm_bytes))
     chip_topology = _topology_for(cfg.name)
-    core_topology = per_core(chip_topology, cfg.cores_per_chip)
+    core_topology = per_core(chip_topology, cfg)
     rows, ranks = [], 1
     while ranks <= max_chips * cfg.cores_per_chip:
         row = {"ranks": ranks, "chips": -(-ranks // cfg.cores_per_chip), "fits": False, "peak_hbm_bytes": None,

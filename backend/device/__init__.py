@@ -26,11 +26,12 @@ from .tensor import DeviceTensor
 __all__ = ["register", "is_registered", "DeviceTensor", "set_target", "get_target"]
 
 
-def set_target(name=DEFAULT_NEURON_TARGET):
-    """Select the simulated NeuronCore target (``trn1``, ``trn2``, ``trn3`` or a derived config)."""
+def set_target(name=DEFAULT_NEURON_TARGET, lnc: int | None = None):
+    """Select the simulated NeuronCore target (``trn1``, ``trn2``, ``trn3`` or a derived config),
+    optionally at logical-core config ``lnc`` (see ``torch.neuron.set_target``)."""
     from .neuron_module import set_target as _set
 
-    return _set(name)
+    return _set(name, lnc)
 
 
 def get_target():

@@ -9,6 +9,7 @@ which is also what the tensor factories call, so ``torch.empty(2, device="neuron
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import torch
@@ -17,7 +18,7 @@ from . import timing_only
 from .events import stream_api
 from .memory import DeviceMemory
 
-__all__ = ["DeviceModule", "DeviceModules", "DEVICE_MODULES", "device_index", "check_device", "AMP_DTYPES",
+__all__ = ["DeviceModule", "DeviceModules", "ThreadCurrentDevice", "DEVICE_MODULES", "device_index", "check_device", "AMP_DTYPES",
            "REPORTED_AS", "reported_device"]
 
 # What autocast may cast to on a simulated device (TensorE and tensor cores both take these).
@@ -32,8 +33,8 @@ def _ordinal_error(device_type: str, index, count: int, unit: str) -> RuntimeErr
                         f"(this machine has {count} {units}: {valid})")
 
 
-def device_index(device, device_type: str, count: int, unit: str = "device") -> int:
-    """The ordinal ``device`` names on ``device_type`` (None means the current device, 0).
+def device_index(device, device_type: str, count: int, unit: str = "device", current: int = 0) -> int:
+    """The ordinal ``device`` names on ``device_type`` (None means the current device, ``current``).
 
     ``device``: None, an int, a string ("neuron", "neuron:1") or a ``torch.device``. Raises
     ValueError for another device type and RuntimeError for an ordinal outside ``count``.
@@ -45,27 +46,41 @@ def device_index(device, device_type: str, count: int, unit: str = "device") -> 
             raise ValueError(f"Expected a {device_type} device, but got: {device}")
         device = device.index
     if device is None:
-        return 0
+        return current
     index = int(device)
     if not 0 <= index < count:
         raise _ordinal_error(device_type, index, count, unit)
     return index
 
 
+class ThreadCurrentDevice(threading.local):
+    """The current device of each thread, as CUDA keeps one per thread (0 until set)."""
+
+    index = 0
+
+    def get(self) -> int:
+        return self.index
+
+    def set(self, index: int) -> None:
+        self.index = index
+
+
 class DeviceModule:
     """The functions of a ``torch.cuda``-shaped module for one simulated device type.
 
-    device_count: how many devices of this type exist (1 today; several cores per chip later).
+    device_count: how many devices of this type exist (the NeuronCores of the chip).
     pool / name / properties / capability: per device index.
     clock_ns: the simulated time its events read.
+    current: the per-thread current device (get/set), by default kept here.
     """
 
     def __init__(self, device_type: str, *, unit: str, device_count: Callable[[], int],
                  pool: Callable[[int], DeviceMemory], name: Callable[[int], str],
                  properties: Callable[[int], object], capability: Callable[[int], tuple[int, int]],
                  clock_ns: Callable[[], float], lazy_init: Callable[[], object] = lambda: None,
-                 bf16_supported: Callable[[], bool] = lambda: True):
+                 bf16_supported: Callable[[], bool] = lambda: True, current=None):
         self.device_type = device_type
+        self._current = current if current is not None else ThreadCurrentDevice()
         self.unit = unit
         self._count = device_count
         self._pool = pool
@@ -74,13 +89,14 @@ class DeviceModule:
         self._capability = capability
         self._lazy_init_hook = lazy_init
         self._bf16_supported = bf16_supported
-        self._streams = stream_api(device_type, lambda: torch.device(device_type, 0), clock_ns)
+        self._streams = stream_api(device_type, lambda: torch.device(device_type, self.current_device()), clock_ns)
         self.device = self._device_context_type()
 
     # -- device selection --------------------------------------------------------------------
     def index(self, device=None) -> int:
-        """Validated ordinal of ``device`` (None, int, "neuron:1", torch.device)."""
-        return device_index(device, self.device_type, self._count(), self.unit)
+        """Validated ordinal of ``device`` (None, int, "neuron:1", torch.device); None and an
+        index-less device mean the current device."""
+        return device_index(device, self.device_type, self._count(), self.unit, self._current.get())
 
     def is_available(self) -> bool:
         return True
@@ -99,25 +115,33 @@ class DeviceModule:
         return self._count()
 
     def current_device(self) -> int:
-        return 0
+        return self._current.get()
 
     def set_device(self, device) -> None:
-        self.index(device)
+        """Make ``device`` this thread's current device (a negative ordinal changes nothing)."""
+        if isinstance(device, int) and device < 0:
+            return
+        self._current.set(self.index(device))
 
     def _device_context_type(self):
         module = self
 
         class device:
-            """``with torch.<device>.device(i):`` one device is current, so this only checks ``i``."""
+            """``with torch.<device>.device(i):`` makes ``i`` the current device inside the block."""
 
             def __init__(self, device):
                 # None and negative ordinals mean "leave the current device", as in torch.cuda.device.
                 self.idx = -1 if device is None or (isinstance(device, int) and device < 0) else module.index(device)
+                self.prev_idx = -1
 
             def __enter__(self):
+                self.prev_idx = module.current_device()
+                if self.idx >= 0:
+                    module.set_device(self.idx)
                 return self
 
             def __exit__(self, *exc) -> bool:
+                module.set_device(self.prev_idx)
                 return False
 
         device.__module__ = f"torch.{self.device_type}"
@@ -269,7 +293,9 @@ REPORTED_AS: dict[str, torch.device] = {}
 
 
 def reported_device(device: torch.device) -> torch.device:
-    """The device a new tensor requested by C++ on ``device`` reports (index filled in)."""
+    """The device a new tensor requested by C++ on ``device`` reports (index filled in: the
+    current device of its type, as for ``torch.empty(2, device="cuda")``)."""
     if device.index is None:
-        device = torch.device(device.type, 0)
+        module = DEVICE_MODULES.get(device.type)
+        device = torch.device(device.type, module.current_device() if module is not None else 0)
     return REPORTED_AS.get(device.type, device) if device.index == 0 else device

@@ -24,7 +24,7 @@ def _device_of(device) -> torch.device:
 
 def _precheck(device: torch.device, nbytes: int) -> None:
     # Fail before touching host memory, so an impossible request never allocates.
-    pool = memory_for(device.type)
+    pool = memory_for(device.type, device.index)
     if pool is not None:
         pool.check(nbytes)
 

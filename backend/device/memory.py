@@ -162,16 +162,26 @@ def _fmt(nbytes: int) -> str:
 
 
 class MemoryPools(dict):
-    """The memory books of each simulated device type ("neuron", "cuda"), by device type.
+    """The memory books of each simulated device: ``"neuron"`` (and ``"cuda"``) for device 0,
+    ``("neuron", i)`` for device ``i`` > 0, so each NeuronCore of a chip is charged on its own.
 
     A dict so that CUDA emulation can swap entries through its reversible ``Patcher``.
     """
 
-    def install(self, device_type: str, capacity_bytes: int, label: str) -> DeviceMemory:
-        """(Re)configure the pool of a device type, keeping live allocations when resized."""
-        pool = self.get(device_type)
+    @staticmethod
+    def key(device_type: str, index: int | None = 0):
+        return device_type if not index else (device_type, index)
+
+    def for_device(self, device: torch.device) -> DeviceMemory | None:
+        """The books of ``device`` (its index None or 0: the device type's first device)."""
+        return self.get(self.key(device.type, device.index))
+
+    def install(self, device_type: str, capacity_bytes: int, label: str, index: int = 0) -> DeviceMemory:
+        """(Re)configure the pool of a device, keeping live allocations when resized."""
+        key = self.key(device_type, index)
+        pool = self.get(key)
         if pool is None:
-            pool = self[device_type] = DeviceMemory(device_type, capacity_bytes, label)
+            pool = self[key] = DeviceMemory(device_type, capacity_bytes, label)
         else:
             pool.capacity_bytes = capacity_bytes
             pool.label = label
@@ -185,11 +195,11 @@ class MemoryPools(dict):
 POOLS = MemoryPools()
 
 
-def memory_for(device_type: str) -> DeviceMemory | None:
-    """The memory books of a device type ("neuron" or "cuda"), if that device is active."""
-    return POOLS.get(device_type)
+def memory_for(device_type: str, index: int = 0) -> DeviceMemory | None:
+    """The memory books of a device ("neuron" or "cuda", and its index), if that device is active."""
+    return POOLS.get(POOLS.key(device_type, index))
 
 
-def install_pool(device_type: str, capacity_bytes: int, label: str) -> DeviceMemory:
-    """(Re)configure the pool of a device type, keeping live allocations when resized."""
-    return POOLS.install(device_type, capacity_bytes, label)
+def install_pool(device_type: str, capacity_bytes: int, label: str, index: int = 0) -> DeviceMemory:
+    """(Re)configure the pool of a device, keeping live allocations when resized."""
+    return POOLS.install(device_type, capacity_bytes, label, index)

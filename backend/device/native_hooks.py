@@ -27,7 +27,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["install_native_hooks", "native_hooks_installed", "INSTALLED"]
+__all__ = ["install_native_hooks", "native_hooks_installed", "INSTALLED", "report_device_count",
+           "native_current_device", "set_native_current_device"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class _State:
     def __init__(self) -> None:
         self.flags: int | None = None
         self.callbacks: tuple = ()
+        self.library = None     # the loaded library, for the current-device and count calls
 
 
 STATE = _State()
@@ -56,7 +58,7 @@ STATE = _State()
 def _device_books(device: int):
     from .memory import memory_for
 
-    return memory_for(torch._C._get_privateuse1_backend_name())
+    return memory_for(torch._C._get_privateuse1_backend_name(), device)
 
 
 def _pool_stats(device: int, out) -> int:
@@ -172,5 +174,26 @@ def install_native_hooks() -> bool:
     library.neuron_install.argtypes = [_STATS_FN, _RESET_FN]
     STATE.callbacks = (_STATS_FN(_pool_stats), _RESET_FN(_pool_reset))
     STATE.flags = library.neuron_install(*STATE.callbacks)
+    library.neuron_current_device.restype = ctypes.c_int
+    STATE.library = library
     logger.debug("neuron C++ hooks installed: %s", native_hooks_installed())
+    return True
+
+
+def report_device_count(count: int) -> None:
+    """Tell the C++ hooks and guard how many NeuronCores exist (the count they report only grows)."""
+    if STATE.library is not None:
+        STATE.library.neuron_set_device_count(int(count))
+
+
+def native_current_device() -> int | None:
+    """This thread's current NeuronCore as the C++ guard keeps it (None without the C++ hooks)."""
+    return None if STATE.library is None else STATE.library.neuron_current_device()
+
+
+def set_native_current_device(index: int) -> bool:
+    """Make ``index`` this thread's current NeuronCore in C++; False without the C++ hooks."""
+    if STATE.library is None:
+        return False
+    STATE.library.neuron_set_current_device(int(index))
     return True

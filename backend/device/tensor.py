@@ -126,7 +126,7 @@ class DeviceStorage(torch.UntypedStorage):
                 f"resize_() of a {self.device.type} tensor's storage is not supported on the "
                 f"simulated device; resize the tensor instead (t.resize_(...))")
         host = self._host
-        pool = POOLS.get(self.device.type)
+        pool = POOLS.for_device(self.device)
         if pool is not None and host.__class__ is torch.Tensor:
             pool.resize(host, size)
         if size > host.untyped_storage().nbytes():
@@ -167,9 +167,9 @@ def _rebuild_tagged_tensor(tensor: torch.Tensor, requires_grad: bool = False, is
     return tensor.requires_grad_(requires_grad)
 
 
-# torch.device -> its type: ``device.type`` builds a new string per call (a PrivateUse1 name
-# look-up), while hashing a device is cheap. Few distinct devices ever exist.
-_DEVICE_TYPES: dict = {}
+# torch.device -> the key of its memory books: ``device.type`` builds a new string per call (a
+# PrivateUse1 name look-up), while hashing a device is cheap. Few distinct devices ever exist.
+_POOL_KEYS: dict = {}
 
 
 def wrap(inner: torch.Tensor, device: torch.device) -> DeviceTensor:
@@ -178,10 +178,10 @@ def wrap(inner: torch.Tensor, device: torch.device) -> DeviceTensor:
     if device.index:   # None and 0 always exist; only other ordinals need the device count
         check_device(device)
     out = DeviceTensor(inner, device)
-    device_type = _DEVICE_TYPES.get(device)
-    if device_type is None:
-        device_type = _DEVICE_TYPES[device] = device.type
-    pool = POOLS.get(device_type)
+    key = _POOL_KEYS.get(device)
+    if key is None:
+        key = _POOL_KEYS[device] = POOLS.key(device.type, device.index)
+    pool = POOLS.get(key)
     if pool is not None:
         pool.track(inner)
     return out

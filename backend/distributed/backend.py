@@ -20,7 +20,8 @@ from backend.sim.topology import get_topology
 
 from .process_group import NeuronProcessGroup
 
-__all__ = ["BACKEND_NAME", "TOPOLOGY_ENV", "NeuronOptions", "create_process_group", "build_process_group", "register", "is_registered"]
+__all__ = ["BACKEND_NAME", "TOPOLOGY_ENV", "NeuronOptions", "create_process_group", "build_process_group", "register",
+           "is_registered", "bind_local_core"]
 
 BACKEND_NAME = "neuron"
 TOPOLOGY_ENV = "WORKBENCH_TOPOLOGY"
@@ -48,6 +49,8 @@ def build_process_group(common_opts, backend_opts, device_type: str, default_top
     """The group of one rank for tensors of ``device_type``; its topology is the options', else
     ``$WORKBENCH_TOPOLOGY``, else ``default_topology``, else the default preset."""
     options = backend_opts if isinstance(backend_opts, NeuronOptions) else NeuronOptions()
+    if device_type == BACKEND_NAME and not options.fake:
+        bind_local_core()
     rank, size = common_opts.group_rank, common_opts.group_size
     topology = get_topology(options.topology or os.environ.get(TOPOLOGY_ENV) or default_topology).name
     if options.fake:
@@ -60,6 +63,20 @@ def build_process_group(common_opts, backend_opts, device_type: str, default_top
     # Collectives still go through NeuronProcessGroup's Python overrides, which report them.
     group._register_backend(torch.device(device_type), dist.ProcessGroup.BackendType.CUSTOM, exchange)
     return group
+
+
+def bind_local_core() -> int | None:
+    """Make ``neuron:<LOCAL_RANK % device_count>`` this process's current NeuronCore, as CUDA jobs
+    do ``torch.cuda.set_device(local_rank)``: torchrun's ranks on one chip then use one core
+    each, and ``device="neuron"`` means that core. Returns the index (None outside a job)."""
+    from backend.device.neuron_module import MODULE as cores
+
+    local_rank = os.environ.get("LOCAL_RANK")
+    if local_rank is None:
+        return None
+    index = int(local_rank) % cores.device_count()
+    cores.set_device(index)
+    return index
 
 
 def is_registered() -> bool:

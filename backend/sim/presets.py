@@ -260,11 +260,23 @@ def get_target(target: str | HardwareConfig | None = None, kind: str | None = No
     _check_kind(kind)
     if target is None:
         target = DEFAULT_TARGETS[kind or "neuron"]
-    config = target if isinstance(target, HardwareConfig) else list_presets().get(str(target).lower())
+    config = target if isinstance(target, HardwareConfig) else _named(str(target).lower())
     if config is None or (kind is not None and config.kind != kind):
         mismatch = f" ({config.name!r} is a {config.kind} target)" if config is not None else ""
         raise ValueError(f"unknown target {target if config is None else config.name!r}; known{f' {kind}' if kind else ''} "
                          f"targets: {', '.join(sorted(list_presets(kind)))}{mismatch}")
+    return config
+
+
+def _named(name: str) -> HardwareConfig | None:
+    """A preset by name; ``"<neuron preset>/lnc2"`` is that preset's logical core at LNC=2."""
+    config = list_presets().get(name)
+    if config is None and "/lnc" in name:
+        from backend.sim.logical_cores import lnc_of, logical_core, physical_name
+
+        base = list_presets("neuron").get(physical_name(name))
+        if base is not None:
+            config = logical_core(base, lnc_of(name))
     return config
 
 

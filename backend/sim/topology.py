@@ -116,11 +116,16 @@ def get_topology(topology: str | Topology | None = None) -> Topology:
     return found
 
 
-def per_core(topology: str | Topology, cores_per_chip: int, **changes) -> Topology:
+def per_core(topology: str | Topology, cores_per_chip, **changes) -> Topology:
     """``topology`` seen by ranks that are NeuronCores, ``cores_per_chip`` to a chip: that many
     times the devices per node, each with its chip's link bandwidth -- a ring through both (all)
     cores of every chip crosses the chip's links once per chip, so each ring step still has the
-    chip's bandwidth. ``changes`` are what-ifs on the result."""
+    chip's bandwidth. ``changes`` are what-ifs on the result.
+
+    ``cores_per_chip``: a count, or the NeuronCore config the ranks run on; a logical core's
+    config (``"trn2/lnc2"``, ``backend.sim.logical_cores``) counts logical cores, as the
+    runtime does: 4 ranks per trn2 chip at LNC=2."""
+    cores_per_chip = getattr(cores_per_chip, "cores_per_chip", cores_per_chip)
     chip = get_topology(topology)
     if cores_per_chip == 1 and not changes:
         return chip

@@ -51,7 +51,7 @@ def test_what_the_device_cannot_do_with_a_storage_raises_instead_of_crashing():
     result = _run("""
         import torch, backend.device
         storage = torch.UntypedStorage(16, device="neuron")
-        for attempt in (lambda: torch.UntypedStorage(8, device="neuron:1"), storage.cpu, lambda: str(storage),
+        for attempt in (lambda: torch.UntypedStorage(8, device="neuron:8"), storage.cpu, lambda: str(storage),
                         lambda: torch.tensor([], device="neuron").set_(storage)):
             try:
                 attempt()
@@ -93,13 +93,15 @@ def test_a_storage_made_by_the_allocator_counts_until_it_is_freed(neuron):
     assert torch.accelerator.memory_allocated() == before
 
 
-def test_the_current_accelerator_is_neuron_with_one_device(neuron):
+def test_the_current_accelerator_is_neuron_with_a_device_per_core(neuron):
     assert torch.accelerator.current_accelerator() == torch.device("neuron")
-    assert torch.accelerator.is_available() and torch.accelerator.device_count() == 1
+    assert torch.accelerator.is_available() and torch.accelerator.device_count() == 8   # trn2's cores
+    torch.accelerator.set_device_index(3)
+    assert torch.accelerator.current_device_index() == 3 == torch.neuron.current_device()
     torch.accelerator.set_device_index(0)
     assert torch.accelerator.current_device_index() == 0
-    with pytest.raises(RuntimeError, match="only neuron:0 exists"):
-        torch.accelerator.set_device_index(1)
+    with pytest.raises(RuntimeError, match="Invalid device index neuron:8: the simulated chip has 8"):
+        torch.accelerator.set_device_index(8)
     assert isinstance(torch.accelerator.current_stream(), torch.Stream)
 
 

@@ -323,3 +323,25 @@ def test_enable_twice_is_refused_and_disable_is_idempotent():
     disable()
     disable()
     assert not is_enabled()
+
+
+def test_a_bare_ordinal_names_the_emulated_gpu():
+    # PyTorch maps a bare int to the current accelerator; under emulation that is the GPU.
+    with emulate_cuda("h100"):
+        assert torch.ones(2).to(0).device == torch.device("cuda", 0)
+        assert torch.ones(2).to(0).is_cuda
+        assert torch.nn.Linear(2, 1).to(0).weight.device == torch.device("cuda", 0)
+        assert torch.nn.Linear(2, 1).to(device=0).weight.device == torch.device("cuda", 0)
+        with pytest.raises(RuntimeError, match="CUDA error: invalid device ordinal 1"):
+            torch.ones(2).to(1)
+        with pytest.raises(RuntimeError, match="CUDA error: invalid device ordinal 1"):
+            torch.nn.Linear(2, 1).to(1)
+    assert torch.ones(2).to(1).device == torch.device("neuron", 1)    # emulation off: the accelerator
+
+
+def test_the_gpu_of_a_later_local_rank_counts_its_memory(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with emulate_cuda("h100"):
+        before = torch.cuda.memory_allocated()
+        x = torch.empty(1024, dtype=torch.float32, device="cuda:1")
+        assert x.device == torch.device("cuda", 1) and torch.cuda.memory_allocated() == before + 4096

@@ -8,16 +8,17 @@ from backend.device.cuda_emulation import emulate_cuda, enable, is_enabled
 from backend.device.cuda_emulation import emulation, guard
 from backend.device.device_module import DeviceModule, device_index
 
-NEURON_ORDINAL = r"neuron error: invalid device ordinal {} \(this machine has 1 NeuronCore: neuron:0\)"
+# trn2 (the default target) shows 8 NeuronCores at LNC=1: neuron:8 is the first that does not exist.
+NEURON_ORDINAL = r"neuron error: invalid device ordinal {} \(this machine has 8 NeuronCores: neuron:0, .*, neuron:7\)"
 CUDA_ORDINAL = r"CUDA error: invalid device ordinal {} \(this machine has 1 GPU: cuda:0\)"
 
 
 # -- device ordinals ------------------------------------------------------------------------------
-@pytest.mark.parametrize("device", [3, "neuron:3", torch.device("neuron", 3)])
+@pytest.mark.parametrize("device", [8, "neuron:8", torch.device("neuron", 8)])
 def test_neuron_module_rejects_cores_that_do_not_exist(neuron, device):
     for query in (torch.neuron.memory_allocated, torch.neuron.memory_stats, torch.neuron.get_device_properties,
                   torch.neuron.set_device, torch.neuron.synchronize, torch.neuron.device):
-        with pytest.raises(RuntimeError, match=NEURON_ORDINAL.format(3)):
+        with pytest.raises(RuntimeError, match=NEURON_ORDINAL.format(8)):
             query(device)
 
 
@@ -39,15 +40,15 @@ def test_the_count_is_a_parameter():
 
 
 @pytest.mark.parametrize("make", [
-    lambda: torch.empty(2, device="neuron:1"),
-    lambda: torch.zeros(2, 3, device="neuron:1"),
-    lambda: torch.arange(4, device="neuron:1"),
-    lambda: torch.tensor([1.0], device="neuron:1"),
-    lambda: torch.ones(2).to("neuron:1"),
-    lambda: torch.ones(2, device="neuron").to("neuron:1"),
+    lambda: torch.empty(2, device="neuron:8"),
+    lambda: torch.zeros(2, 3, device="neuron:8"),
+    lambda: torch.arange(4, device="neuron:8"),
+    lambda: torch.tensor([1.0], device="neuron:8"),
+    lambda: torch.ones(2).to("neuron:8"),
+    lambda: torch.ones(2, device="neuron").to("neuron:8"),
 ])
 def test_tensors_cannot_be_made_on_a_missing_core(neuron, make):
-    with pytest.raises(RuntimeError, match=NEURON_ORDINAL.format(1)):
+    with pytest.raises(RuntimeError, match=NEURON_ORDINAL.format(8)):
         make()
 
 

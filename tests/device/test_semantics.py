@@ -165,7 +165,7 @@ def test_set_default_device(neuron):
 
 def test_torch_neuron_module(neuron):
     nm = torch.neuron
-    assert nm.is_available() and nm.device_count() == 1 and nm.current_device() == 0
+    assert nm.is_available() and nm.device_count() == 8 and nm.current_device() == 0
     nm.set_device(0)
     with nm.device(0):
         nm.synchronize()
@@ -184,7 +184,7 @@ def test_torch_neuron_module(neuron):
     assert nm.memory_stats()["allocated_bytes.all.current"] == before
     assert "memory summary" in nm.memory_summary()
     with pytest.raises(RuntimeError, match="invalid device ordinal"):
-        nm.set_device(1)
+        nm.set_device(8)   # trn2 shows neuron:0..7
 
 
 def test_accelerator_reports_neuron(neuron):

@@ -51,8 +51,8 @@ def _collectives(rank, world):
 
 def test_every_collective_on_two_ranks_is_exact_and_priced():
     r0, r1 = launch(_collectives, 2, topology="dgx-h100", start_method="spawn")
-    for r in (r0, r1):
-        assert r["device"] == "neuron:0" and r["backend"] == "neuron"
+    for rank, r in enumerate((r0, r1)):
+        assert r["device"] == f"neuron:{rank}" and r["backend"] == "neuron"   # LOCAL_RANK's core
         assert r["all_reduce"] == [3.0] * 4
         assert r["all_gather"] == [0.0] * 4 + [1.0] * 4
         assert r["broadcast"] == [1.0] * 3

@@ -131,16 +131,26 @@ void HostBackedAllocator::release(void* data) {
   c10::free_cpu(data);
 }
 
+// NeuronCores of the simulated chip (the most Python has reported: it only grows, since the
+// autograd engine sizes its per-device queues once), and this thread's current one, as CUDA
+// keeps a current device per thread (backend/device/neuron_module.py: device_count).
+std::atomic<int> device_count{1};
+thread_local c10::DeviceIndex current_device = 0;
+
 struct NeuronHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   void init() const override {}
-  // One simulated NeuronCore per process (backend/device/neuron_module.py: device_count).
-  c10::DeviceIndex deviceCount() const override { return 1; }
-  c10::DeviceIndex getCurrentDevice() const override { return 0; }
-  void setCurrentDevice(c10::DeviceIndex device) const override { check(device); }
-  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override { check(device); return 0; }
+  c10::DeviceIndex deviceCount() const override { return static_cast<c10::DeviceIndex>(device_count.load()); }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device; }
+  void setCurrentDevice(c10::DeviceIndex device) const override { check(device); select(device); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
+    check(device);
+    const c10::DeviceIndex previous = current_device;
+    select(device);
+    return previous;
+  }
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override { return exchangeDevice(device); }
 
   // Device values are computed on the host, so the device draws from the host generator
@@ -168,8 +178,12 @@ struct NeuronHooks final : at::PrivateUse1HooksInterface {
   }
 
   static void check(c10::DeviceIndex device) {
-    TORCH_CHECK(device == 0 || device == -1, "Invalid device index neuron:", static_cast<int>(device),
-                ": only neuron:0 exists (1 simulated NeuronCore)");
+    const int count = device_count.load();
+    TORCH_CHECK(device >= -1 && device < count, "Invalid device index neuron:", static_cast<int>(device),
+                ": the simulated chip has ", count, " NeuronCore(s), neuron:0 to neuron:", count - 1);
+  }
+  static void select(c10::DeviceIndex device) {
+    if (device >= 0) current_device = device;   // -1: keep the current device
   }
 };
 
@@ -178,15 +192,20 @@ struct NeuronGuard final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return kDevice; }
   c10::Device exchangeDevice(c10::Device device) const override {
     NeuronHooks::check(device.index());
-    return {kDevice, 0};
+    const c10::Device previous(kDevice, current_device);
+    NeuronHooks::select(device.index());
+    return previous;
   }
-  c10::Device getDevice() const override { return {kDevice, 0}; }
-  void setDevice(c10::Device device) const override { NeuronHooks::check(device.index()); }
-  void uncheckedSetDevice(c10::Device) const noexcept override {}
-  c10::Stream getStream(c10::Device) const noexcept override { return defaultStream(); }
-  c10::Stream getNewStream(c10::Device, int) const override { return defaultStream(); }
-  c10::Stream exchangeStream(c10::Stream) const noexcept override { return defaultStream(); }
-  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  c10::Device getDevice() const override { return {kDevice, current_device}; }
+  void setDevice(c10::Device device) const override {
+    NeuronHooks::check(device.index());
+    NeuronHooks::select(device.index());
+  }
+  void uncheckedSetDevice(c10::Device device) const noexcept override { NeuronHooks::select(device.index()); }
+  c10::Stream getStream(c10::Device device) const noexcept override { return defaultStream(device); }
+  c10::Stream getNewStream(c10::Device device, int) const override { return defaultStream(device); }
+  c10::Stream exchangeStream(c10::Stream stream) const noexcept override { return defaultStream(stream.device()); }
+  c10::DeviceIndex deviceCount() const noexcept override { return static_cast<c10::DeviceIndex>(device_count.load()); }
   void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
   void block(void*, const c10::Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
@@ -196,7 +215,10 @@ struct NeuronGuard final : c10::impl::DeviceGuardImplInterface {
   void synchronizeEvent(void*) const override {}
   void synchronizeDevice(const c10::DeviceIndex) const override {}  // ops finish when they return
 
-  static c10::Stream defaultStream() { return c10::Stream(c10::Stream::DEFAULT, c10::Device(kDevice, 0)); }
+  static c10::Stream defaultStream(c10::Device device) {
+    const c10::DeviceIndex index = device.index() >= 0 ? device.index() : current_device;
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(kDevice, index));
+  }
 };
 
 }  // namespace
@@ -226,3 +248,15 @@ extern "C" int neuron_install(PoolStatsFn stats, PoolResetFn reset) {
   });
   return installed;
 }
+
+// The chip's NeuronCore count as Python sees it (visible cores at the selected LNC); the count
+// C++ reports only grows, so indices the autograd engine has queues for stay valid.
+extern "C" void neuron_set_device_count(int count) {
+  int seen = device_count.load();
+  while (count > seen && !device_count.compare_exchange_weak(seen, count)) {
+  }
+}
+
+// This thread's current NeuronCore: torch.neuron.current_device() / set_device().
+extern "C" int neuron_current_device() { return current_device; }
+extern "C" void neuron_set_current_device(int device) { current_device = static_cast<c10::DeviceIndex>(device); }

@@ -102,6 +102,9 @@ def _apply(patcher: Patcher, device: EmulatedDevice, backing: torch.device) -> N
     # books. Select the neuron target first: selecting it later would reconfigure these.
     neuron_module.get_target()
     patcher.setitem(memory.POOLS, "cuda", device.pool, "memory.POOLS")
+    reported = memory.POOLS.key(device.reported.type, device.reported.index)   # cuda:<local rank>
+    if reported != "cuda":
+        patcher.setitem(memory.POOLS, reported, device.pool, "memory.POOLS")
     patcher.setitem(memory.POOLS, "neuron", device.pool, "memory.POOLS")
     cuda_api.install(patcher)
     tensors.install(patcher, backing, device.reported)

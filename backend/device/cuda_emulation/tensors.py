@@ -29,6 +29,8 @@ _to = torch._C.TensorBase.to
 
 
 def _is_cuda(value) -> bool:
+    if value.__class__ is int:   # a bare ordinal names the current accelerator: the emulated GPU
+        return True
     if isinstance(value, str):
         return value == "cuda" or value.startswith("cuda:")
     return isinstance(value, torch.device) and value.type == "cuda"
@@ -38,8 +40,22 @@ def _check_ordinal(value) -> None:
     check_device(torch.device("cuda", value) if isinstance(value, int) else torch.device(value))
 
 
+def _bare_ordinals_as_cuda(parse_to):
+    """``Module.to(1)`` parses its arguments with ``torch._C._nn._parse_to``, which maps a bare
+    ordinal to the C++ accelerator (neuron); under emulation the accelerator is the GPU."""
+    def parse(*args, **kwargs):
+        if args and args[0].__class__ is int:
+            args = (torch.device("cuda", args[0]), *args[1:])
+        if kwargs.get("device").__class__ is int:
+            kwargs["device"] = torch.device("cuda", kwargs["device"])
+        return parse_to(*args, **kwargs)
+
+    return parse
+
+
 def install(patcher: Patcher, backing: torch.device, reported: torch.device) -> None:
-    """Route "cuda" to ``backing`` (neuron:0); make device tensors report ``reported``."""
+    """Route "cuda" (and bare ordinals, while emulating) to ``backing`` (neuron:0); make device
+    tensors report ``reported``."""
     emulating = reported.type == "cuda"
 
     def to(self, *args, **kwargs):
@@ -84,6 +100,8 @@ def install(patcher: Patcher, backing: torch.device, reported: torch.device) -> 
 
     to.__doc__ = _to.__doc__
     patcher.setattr(torch.Tensor, "to", to)
+    if emulating:
+        patcher.setattr(torch._C._nn, "_parse_to", _bare_ordinals_as_cuda(torch._C._nn._parse_to))
     patcher.setattr(torch.Tensor, "cuda", cuda)
     patcher.setattr(DeviceTensor, "__new__", staticmethod(new))
     if emulating:
