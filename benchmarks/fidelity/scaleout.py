@@ -302,7 +302,8 @@ def llama_decode_row():
                           LLAMA_8B["layers"], trn1)
     note = ("rank 0 of a fake TP32 world, timing-only, eager ops on neuron (published: a compiled graph, whose "
             "elementwise fusion is not modelled); linear weights laid out [in, out] at load as transformers-neuronx "
-            "does; Megatron TP shard built explicitly (not DTensor), 64 block all_reduces + a logits all_gather per "
+            "does; flash-attention op over the cache (8 sequences x 1 head per rank, software-pipelined); Megatron TP "
+            "shard built explicitly (not DTensor), 64 block all_reduces + a logits all_gather per "
             f"token on trn1.32xlarge per core; KV cache of {context} positions (the median token of 128 in / "
             "8064 out); 32 layers from 1 and 2" + _dominant(band))
     return Row("Llama-3-8B decode, time per output token (TP32, b8, trn1.32xlarge)", band.nominal_ns, 9.95e6, band,
