@@ -6,8 +6,10 @@ of its tensor-parallel shard the way Megatron-LM (and NeuronX Distributed) cut t
 and gate/up projections column-parallel, the attention output and down projections
 row-parallel, with Megatron's two conjugate collectives per block -- an all_reduce of the
 activations after each row-parallel linear in the forward pass, and of the input gradient
-before each column-parallel linear in the backward pass. The shard is built explicitly (shapes
-divided by the TP degree) and the collectives are issued with ``torch.distributed.all_reduce``:
+before each column-parallel linear in the backward pass (with sequence parallelism, as the
+published training recipe uses, each all_reduce becomes a reduce_scatter and an all_gather and
+RMSNorm and the residual adds run on 1/TP of the tokens). The shard is built explicitly (shapes
+divided by the TP degree) and the collectives are issued with ``torch.distributed`` calls:
 DTensor's ``parallelize_module`` is not used here. Grouped-query K/V heads are replicated up to
 one per rank, as NeuronX Distributed's KV replication does when TP exceeds the KV heads.
 
