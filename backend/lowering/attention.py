@@ -5,7 +5,10 @@ Per head: Q and K are transposed on TensorE so the head dim sits on partitions; 
 row; P is transposed so keys sit on partitions and ``O^T = V^T P^T`` streams 512 queries per
 matmul. Only Q, K, V (and O, logsumexp) cross HBM. Causal attention skips the blocks above the
 diagonal and masks the diagonal ones with GpSimdE ``affine_select``. The backward pass
-recomputes P and runs the five products of dV, dP, dQ, dK.
+recomputes P and runs the five products of dV, dP, dQ, dK. Without a causal mask the order of
+keys (and of queries) is free, so each partition loads its rows as one contiguous run
+(``run_bytes``) instead of one descriptor per row; the forward pass frees a loaded Q/K tile
+once it is transposed, so a head holds Q^T and K^T but not Q and K beside them.
 
 Head groups are software-pipelined the way a flash-attention kernel overlaps its engines:
 each group passes through stages (load, scores, max, exp, transpose P, ...), and pipeline
@@ -26,7 +29,7 @@ from backend.lowering.matmul import tensor_engine_dtype
 from backend.lowering.registry import lowering
 from backend.sim import assumptions
 
-__all__ = ["attention", "software_pipeline"]
+__all__ = ["attention", "software_pipeline", "run_bytes"]
 
 
 Stage = Callable[[int, int, dict], None]     # (group, heads in it, that group's ids so far)
@@ -63,6 +66,20 @@ def _group_sizes(heads: int, per_head: int, stages: int, sbuf_bytes: int) -> lis
     return split_even(heads, groups)
 
 
+def run_bytes(shape: tuple, itemsize_: int, causal: bool) -> int:
+    """Contiguous bytes per DMA descriptor when a [..., rows, cols] operand moves between HBM and
+    128 SBUF partitions. Causal attention tiles rows in sequence order (a tile is 128 consecutive
+    rows, one per partition, so one row per descriptor) to skip the blocks above the diagonal.
+    Without a mask, softmax and ``P V`` sum over keys in any order and each query's row is
+    independent, so partition ``p`` can take rows ``[p*r, (p+1)*r)`` in one run of ``r`` rows --
+    the tiles' rows are then strided through the sequence, identically for Q/O (and K/V) --
+    which is how a decode kernel streams a long KV cache without per-row descriptors."""
+    cols_bytes = (shape[-1] if shape else 1) * itemsize_
+    if causal or len(shape) < 2:
+        return cols_bytes
+    return cols_bytes * max(1, ceil(shape[-2] / 128))
+
+
 def attention(ctx: OpContext, *, backward: bool) -> None:
     psum_buffers = int(assumptions.value("attention.psum_buffers"))   # tiles in flight per PSUM buffer
     off = 1 if backward else 0
@@ -81,8 +98,11 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
     keys = max(1, int(sk * frac))
     blocks = max(1, int(qt * kt * frac))
     operands = ctx.inputs[:off + 3] if backward else (q, k, v)
-    # SBUF a head holds while in flight: operands, their transposes, P (and dP), outputs
-    per_head = (sum(x.nbytes for x in operands) + q.nbytes + k.nbytes + sum(o.nbytes for o in ctx.outputs)) // heads \
+    # SBUF a head holds while in flight: operands, P (and dP), outputs, and the transposes of Q and K.
+    # The forward pass only reads Q^T and K^T, so a loaded Q/K tile's buffer is free once
+    # transposed; the backward pass also multiplies by Q and K as loaded and keeps both layouts.
+    transposes = q.nbytes + k.nbytes if backward else 0
+    per_head = (sum(x.nbytes for x in operands) + transposes + sum(o.nbytes for o in ctx.outputs)) // heads \
         + sq * keys * itemsize(dt) * (2 if backward else 1)
     groups: list[dict] = []     # per group, the ids its stages emitted (filled by software_pipeline)
     in_flight = 1               # groups whose operands SBUF holds at once (set once the stages are known)
@@ -93,7 +113,7 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
 
     def load(g: int, r: int, ids: dict) -> None:
         loads = [b.dma(x.nbytes // heads, src="hbm", dst="sbuf", partitions=min(128, x.shape[-2]),
-                       row_bytes=x.shape[-1] * x.itemsize, deps=older(g, "last", in_flight), repeat=r)
+                       row_bytes=run_bytes(x.shape, x.itemsize, causal), deps=older(g, "last", in_flight), repeat=r)
                  for i, x in enumerate(operands) if x.numel and not ctx.in_sbuf(i)]
         ids["loads"] = (*loads, *(dep for i in range(off + 3) for dep in ctx.ready_deps(i)))
 
@@ -159,7 +179,8 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
             if o_t.numel and ctx.out_to_hbm[kk]:
                 b.dma(o_t.nbytes // heads, src="sbuf", dst="hbm",
                       partitions=min(128, o_t.shape[-2] if len(o_t.shape) > 1 else 1),
-                      row_bytes=(o_t.shape[-1] if o_t.shape else 1) * o_t.itemsize, deps=(ids["last"],), repeat=r)
+                      row_bytes=run_bytes(o_t.shape, o_t.itemsize, causal or len(o_t.shape) != len(q.shape)),
+                      deps=(ids["last"],), repeat=r)
 
     stages = [load, scores, row_max, exp, transpose_p, evacuate_p,
               *([products, grad_scores, grads] if backward else [values, scale])]

@@ -6,8 +6,10 @@ of its tensor-parallel shard the way Megatron-LM (and NeuronX Distributed) cut t
 and gate/up projections column-parallel, the attention output and down projections
 row-parallel, with Megatron's two conjugate collectives per block -- an all_reduce of the
 activations after each row-parallel linear in the forward pass, and of the input gradient
-before each column-parallel linear in the backward pass. The shard is built explicitly (shapes
-divided by the TP degree) and the collectives are issued with ``torch.distributed.all_reduce``:
+before each column-parallel linear in the backward pass (with sequence parallelism, as the
+published training recipe uses, each all_reduce becomes a reduce_scatter and an all_gather and
+RMSNorm and the residual adds run on 1/TP of the tokens). The shard is built explicitly (shapes
+divided by the TP degree) and the collectives are issued with ``torch.distributed`` calls:
 DTensor's ``parallelize_module`` is not used here. Grouped-query K/V heads are replicated up to
 one per rank, as NeuronX Distributed's KV replication does when TP exceeds the KV heads.
 
@@ -37,33 +39,54 @@ def core_topology(name: str = "trn1.32xlarge", cores_per_chip: int = TRN1_CORES_
     return per_core(name, cores_per_chip, **changes)
 
 
-def _megatron_functions():
-    """Megatron's conjugate collectives: copy-to-TP (identity forward, all_reduce backward) and
-    reduce-from-TP (all_reduce forward, identity backward)."""
+def _megatron_functions(sequence_parallel: bool = False):
+    """Megatron's conjugate collectives around the tensor-parallel region, as (enter, leave).
+
+    Plain TP: copy-to-TP (identity forward, all_reduce backward) and reduce-from-TP (all_reduce
+    forward, identity backward). Sequence parallel (Korthikanti et al. 2022, "Reducing Activation
+    Recomputation in Large Transformer Models"): outside the TP region each rank keeps 1/TP of
+    the tokens, so entering all-gathers the sequence (reduce-scatter backward) and leaving
+    reduce-scatters it (all-gather backward) -- the same bytes on the links as one all_reduce,
+    while RMSNorm and the residual adds run on 1/TP of the rows."""
     import torch
     import torch.distributed as dist
 
-    class CopyToTP(torch.autograd.Function):
+    def gather(x):
+        out = x.new_empty((x.shape[0] * dist.get_world_size(), *x.shape[1:]))
+        dist.all_gather_single(out, x.contiguous())
+        return out
+
+    def scatter(x):
+        out = x.new_empty((x.shape[0] // dist.get_world_size(), *x.shape[1:]))
+        dist.reduce_scatter_single(out, x.contiguous())
+        return out
+
+    def all_reduce(x):
+        dist.all_reduce(x)
+        return x
+
+    forward_in, backward_in = (gather, scatter) if sequence_parallel else ((lambda x: x), all_reduce)
+    forward_out, backward_out = (scatter, gather) if sequence_parallel else (all_reduce, (lambda x: x))
+
+    class EnterTP(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
-            return x
+            return forward_in(x)
 
         @staticmethod
         def backward(ctx, grad):
-            dist.all_reduce(grad)
-            return grad
+            return backward_in(grad)
 
-    class ReduceFromTP(torch.autograd.Function):
+    class LeaveTP(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
-            dist.all_reduce(x)
-            return x
+            return forward_out(x)
 
         @staticmethod
         def backward(ctx, grad):
-            return grad
+            return backward_out(grad)
 
-    return CopyToTP.apply, ReduceFromTP.apply
+    return EnterTP.apply, LeaveTP.apply
 
 
 def _rms(h, w):
@@ -71,37 +94,60 @@ def _rms(h, w):
     return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5) * w
 
 
-def _tp_block(x, w, tp_in, tp_out, batch: int, cache=None):
-    """One Llama block of a TP rank: RMSNorm, its 1/TP of the heads, SwiGLU over its 1/TP of the
-    FFN. ``w``: (qkv, o, gate_up, down, norm1, norm2) shards. With ``cache`` (K, V of the whole
-    context, the last position free), one decode step: the new K/V land in the cache."""
+def _flash_attention(q, k, v, causal: bool):
+    """The fused (flash) attention op, as the published runs use a flash-attention kernel; on a
+    PrivateUse1 device ``F.scaled_dot_product_attention`` would pick the unfused math form."""
     import torch
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=causal)[0]
+
+
+def _tp_block(x, w, tp_in, tp_out, batch: int, cache=None, recompute_attention: bool = False):
+    """One Llama block of a TP rank: RMSNorm, its 1/TP of the heads, SwiGLU over its 1/TP of the
+    FFN. ``w``: (qkv, o, gate_up, down, norm1, norm2) shards. ``x`` holds the rows outside the TP
+    region (all tokens, or 1/TP of them with sequence parallelism: ``tp_in`` / ``tp_out`` say).
+    With ``cache`` (K, V of the whole context, the last position free), one decode step: the new
+    K/V land in the cache. ``recompute_attention``: selective activation checkpointing (Korthikanti
+    et al. 2022) -- the core attention keeps no activations and runs forward again in backward."""
     import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
 
     wqkv, wo, wgu, wd, n1, n2 = w
-    tokens, hd = x.shape[0], _HEAD_DIM
-    q, k, v = tp_in(_rms(x, n1)).matmul(wqkv.t()).chunk(3, dim=-1)
+    h = tp_in(_rms(x, n1))
+    tokens, hd = h.shape[0], _HEAD_DIM
+    q, k, v = h.matmul(wqkv).chunk(3, dim=-1)
     q, k, v = (t.reshape(batch, tokens // batch, -1, hd).transpose(1, 2) for t in (q, k, v))
     if cache is not None:
         k_cache, v_cache = cache
         k_cache[:, :, -1:].copy_(k)
         v_cache[:, :, -1:].copy_(v)
         k, v = k_cache, v_cache
-    # The fused (flash) attention op, as the published runs use a flash-attention kernel; on a
-    # PrivateUse1 device ``F.scaled_dot_product_attention`` would pick the unfused math form.
-    attn = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=cache is None)[0]
-    x = x + tp_out(attn.transpose(1, 2).reshape(tokens, -1).matmul(wo.t()))
+    if recompute_attention:
+        attn = checkpoint(_flash_attention, q, k, v, cache is None, use_reentrant=False)
+    else:
+        attn = _flash_attention(q, k, v, cache is None)
+    x = x + tp_out(attn.transpose(1, 2).reshape(tokens, -1).matmul(wo))
     h = tp_in(_rms(x, n2))
-    gate, up = h.matmul(wgu.t()).chunk(2, dim=-1)
-    return x + tp_out((F.silu(gate) * up).matmul(wd.t()))
+    gate, up = h.matmul(wgu).chunk(2, dim=-1)
+    return x + tp_out((F.silu(gate) * up).matmul(wd))
 
 
 _HEAD_DIM = 128
 
 
-def _shards(tp: int, requires_grad: bool, **dims):
+def _linear_weight(out_features: int, in_features: int, laid_out: bool, **make):
+    """The right-hand operand of ``x @ W^T`` for a linear layer's shard: the ``nn.Linear`` weight
+    [out, in] used transposed (a view), or, ``laid_out``, stored [in, out] once at load time as
+    transformers-neuronx's ``to_neuron`` does (``add_attention_query(q_proj.weight.detach().T)``)."""
+    import torch
+    if laid_out:
+        return torch.empty(in_features, out_features, **make)
+    return torch.empty(out_features, in_features, **make).t()
+
+
+def _shards(tp: int, requires_grad: bool, laid_out: bool = False, **dims):
     """A block's weight shards on ``neuron`` (bf16): heads and FFN split ``tp`` ways, K/V heads
-    replicated up to one per rank when ``tp`` exceeds them."""
+    replicated up to one per rank when ``tp`` exceeds them. The four projections are right-hand
+    matmul operands (``_linear_weight``), the two norms vectors."""
     import torch
 
     cfg = {**LLAMA_8B, **dims}
@@ -112,18 +158,22 @@ def _shards(tp: int, requires_grad: bool, **dims):
                          f"query and {local_kv} K/V heads per rank")
     local_ffn = ffn // tp
     make = dict(device="neuron", dtype=torch.bfloat16, requires_grad=requires_grad)
-    return [torch.empty(3 * local_q * _HEAD_DIM, d, **make), torch.empty(d, local_q * _HEAD_DIM, **make),
-            torch.empty(2 * local_ffn, d, **make), torch.empty(d, local_ffn, **make),
+    return [_linear_weight(3 * local_q * _HEAD_DIM, d, laid_out, **make),
+            _linear_weight(d, local_q * _HEAD_DIM, laid_out, **make),
+            _linear_weight(2 * local_ffn, d, laid_out, **make), _linear_weight(d, local_ffn, laid_out, **make),
             torch.empty(d, **make), torch.empty(d, **make)]
 
 
 def tp_llama_records(layers: int, *, mode: str, tp: int = TP, seq: int = 8192, batch: int = 1,
-                     context: int = 0, target: str = "trn1", **dims) -> list:
+                     context: int = 0, target: str = "trn1", sequence_parallel: bool = False,
+                     recompute_attention: bool = False, **dims) -> list:
     """Rank 0's op records for ``layers`` TP-sharded Llama blocks and the vocab-parallel head.
 
     mode "train": one sequence-batch forward and backward (``batch`` x ``seq`` tokens, weight
     gradients included); mode "decode": one token for each of ``batch`` sequences against a KV
-    cache of ``context`` positions. Run in a fake world of ``tp`` ranks in timing-only mode."""
+    cache of ``context`` positions. Run in a fake world of ``tp`` ranks in timing-only mode. With
+    ``sequence_parallel`` (training) the activations outside the TP region are split by token
+    (``_megatron_functions``); with ``recompute_attention`` the core attention is checkpointed."""
     import torch
     import torch.distributed as dist
 
@@ -133,24 +183,29 @@ def tp_llama_records(layers: int, *, mode: str, tp: int = TP, seq: int = 8192, b
     if mode not in ("train", "decode"):
         raise ValueError(f"mode must be 'train' or 'decode', got {mode!r}")
     cfg = {**LLAMA_8B, **dims}
-    copy_to_tp, reduce_from_tp = _megatron_functions()
+    enter_tp, leave_tp = _megatron_functions(sequence_parallel)
     fake_world(tp, topology="trn1.32xlarge")
     try:
         with profile(target=target, source=False, timing_only=True) as prof:
             train = mode == "train"
             tokens = batch * seq if train else batch
-            blocks = [_shards(tp, train, **dims) for _ in range(layers)]
-            head = torch.empty(cfg["vocab"] // tp, cfg["d"], device="neuron", dtype=torch.bfloat16, requires_grad=train)
+            if sequence_parallel:
+                if tokens % tp:
+                    raise ValueError(f"sequence parallelism splits {tokens} tokens {tp} ways; they must divide")
+                tokens //= tp
+            blocks = [_shards(tp, train, laid_out=not train, **dims) for _ in range(layers)]
+            head = _linear_weight(cfg["vocab"] // tp, cfg["d"], not train, device="neuron", dtype=torch.bfloat16,
+                                  requires_grad=train)
             x = torch.empty(tokens, cfg["d"], device="neuron", dtype=torch.bfloat16, requires_grad=train)
             h = x
             for w in blocks:
                 cache = None
                 if not train:
-                    shape = (batch, w[1].shape[1] // _HEAD_DIM, context, _HEAD_DIM)
+                    shape = (batch, w[1].shape[0] // _HEAD_DIM, context, _HEAD_DIM)
                     cache = (torch.empty(shape, device="neuron", dtype=torch.bfloat16),
                              torch.empty(shape, device="neuron", dtype=torch.bfloat16))
-                h = _tp_block(h, w, copy_to_tp, reduce_from_tp, batch, cache)
-            logits = copy_to_tp(_rms(h, blocks[-1][5])).matmul(head.t()).float()
+                h = _tp_block(h, w, enter_tp, leave_tp, batch, cache, recompute_attention)
+            logits = enter_tp(_rms(h, blocks[-1][5])).matmul(head).float()
             if train:
                 # Vocab-parallel cross-entropy: the softmax denominator is summed over the TP group.
                 sumexp = logits.exp().sum(-1)
@@ -221,11 +276,16 @@ def llama_pretraining_row():
     from benchmarks.fidelity.table import Row
 
     trn1 = get_target("trn1")
-    band = _scaleout_band(lambda n: tp_llama_records(n, mode="train", seq=8192), LLAMA_8B["layers"], trn1)
+    # The published recipe (NeuronX Distributed "Training Llama3.1-8B ... with Tensor Parallelism and
+    # ZeRO-1" tutorial): tensor parallelism, sequence parallelism, selective checkpointing, ZeRO-1.
+    band = _scaleout_band(lambda n: tp_llama_records(n, mode="train", seq=8192, sequence_parallel=True,
+                                                     recompute_attention=True), LLAMA_8B["layers"], trn1)
     published_ns = 32 / 47.95 * 1e9
     note = ("rank 0 of a fake TP32 world, timing-only, eager ops on neuron; Megatron TP shard built explicitly "
-            "(column/row-parallel linears, dist.all_reduce per block fwd and bwd; not DTensor), flash-attention "
-            "op, no activation checkpointing; collectives on trn1.32xlarge per core with overlap; 32 layers from 1 "
+            "(column/row-parallel linears; not DTensor) with sequence parallelism as the NxD recipe (RMSNorm and "
+            "residuals on 1/32 of the tokens, reduce_scatter + all_gather per block fwd and bwd), flash-attention "
+            "op, selective checkpointing (core attention recomputed in bwd); eager elementwise ops, not fused as "
+            "the compiled graph; collectives on trn1.32xlarge per core with overlap; 32 layers from 1 "
             "and 2; published = 32 DP replicas / 47.95 seq/s per sequence; the DP gradient all_reduce "
             f"({_dp_gradient_ms(TP, 32):.0f} ms per optimizer step) and ZeRO-1 optimizer are amortised over an "
             "unstated number of micro-batches and left out" + _dominant(band))
@@ -242,8 +302,10 @@ def llama_decode_row():
     context = 128 + 8064 // 2
     band = _scaleout_band(lambda n: tp_llama_records(n, mode="decode", batch=8, context=context),
                           LLAMA_8B["layers"], trn1)
-    note = ("rank 0 of a fake TP32 world, timing-only, eager ops on neuron (published: a compiled graph); "
-            "Megatron TP shard built explicitly (not DTensor), 64 block all_reduces + a logits all_gather per "
+    note = ("rank 0 of a fake TP32 world, timing-only, eager ops on neuron (published: a compiled graph, whose "
+            "elementwise fusion is not modelled); linear weights laid out [in, out] at load as transformers-neuronx "
+            "does; flash-attention op over the cache (8 sequences x 1 head per rank, software-pipelined); Megatron TP "
+            "shard built explicitly (not DTensor), 64 block all_reduces + a logits all_gather per "
             f"token on trn1.32xlarge per core; KV cache of {context} positions (the median token of 128 in / "
             "8064 out); 32 layers from 1 and 2" + _dominant(band))
     return Row("Llama-3-8B decode, time per output token (TP32, b8, trn1.32xlarge)", band.nominal_ns, 9.95e6, band,

@@ -49,3 +49,30 @@ def test_collectives_priced_on_the_per_core_topology(caplog):
     records = tp_llama_records(1, mode="decode", batch=2, context=64, **TINY)
     slow = core_topology(intra_latency_ns=5000.0)
     assert replay(priced_on(records, slow), "trn1") > replay(priced_on(records, core_topology()), "trn1")
+
+
+def test_sequence_parallel_swaps_each_all_reduce_for_a_reduce_scatter_and_an_all_gather(caplog):
+    caplog.set_level(logging.ERROR)
+    one, two = (tp_llama_records(n, mode="train", seq=256, sequence_parallel=True, **TINY) for n in (1, 2))
+    kinds = [[r.attrs["collective"] for r in _collectives(records)] for records in (one, two)]
+    assert [kinds[1].count(k) - kinds[0].count(k) for k in ("all_reduce", "all_gather", "reduce_scatter")] == [0, 4, 4]
+    assert {r.attrs["nbytes"] for r in _collectives(two) if r.attrs["collective"] in ("all_gather", "reduce_scatter")} \
+        == {256 * 512 * 2}                                  # the full sequence's bf16 activations, gathered or scattered
+    norms = [r for r in two if r.name == "aten::rsqrt"]
+    assert norms and all(r.inputs[0].shape == (256 // 4, 1) for r in norms)       # RMSNorm on 1/TP of the tokens
+
+
+def test_selective_checkpointing_runs_the_attention_forward_again_in_backward(caplog):
+    caplog.set_level(logging.ERROR)
+    plain, recomputed = (tp_llama_records(1, mode="train", seq=256, recompute_attention=r, **TINY) for r in (False, True))
+    forward = "aten::_scaled_dot_product_flash_attention_for_cpu"
+    assert [r.name for r in plain].count(forward) == 1 and [r.name for r in recomputed].count(forward) == 2
+
+
+def test_decode_weights_are_laid_out_at_load_and_training_uses_linear_weights_transposed(caplog):
+    caplog.set_level(logging.ERROR)
+    decode = tp_llama_records(1, mode="decode", batch=2, context=64, **TINY)
+    train = tp_llama_records(1, mode="train", seq=256, **TINY)
+    qkv = lambda records: next(r for r in records if r.name == "aten::mm")      # noqa: E731
+    assert qkv(decode).inputs[1].shape == (512, 384) and qkv(decode).inputs[1].strides == (384, 1)
+    assert qkv(train).inputs[1].shape == (512, 384) and qkv(train).inputs[1].strides == (1, 512)
