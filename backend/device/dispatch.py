@@ -14,6 +14,7 @@ from backend.recording import SIMULATED_DEVICE_TYPES, STREAM as _STREAM
 from . import numerics, timing_only
 from .collective_scope import device_collective
 from .device_module import reported_device
+from .host_kernels import HOST_KERNELS
 from .tensor import DeviceTensor, carry_math_bits, wrap
 
 _TIMING = timing_only.STATE
@@ -37,8 +38,9 @@ class _OpFacts:
     __slots__ = ("call", "mutates", "is_view", "collective")
 
     def __init__(self, func):
-        # OpOverload.__call__ only forwards to the C++ op: call that directly.
-        self.call = func._op if type(func) is torch._ops.OpOverload else func
+        # OpOverload.__call__ only forwards to the C++ op: call that directly. Ops CPU has no
+        # kernel for (SDPA's fused path) run the device's host kernel.
+        self.call = HOST_KERNELS.get(func) or (func._op if type(func) is torch._ops.OpOverload else func)
         self.is_view = func.is_view
         # Functional collectives (DTensor's): their host kernel calls the process group.
         self.collective = func.namespace == "_c10d_functional"

@@ -5,12 +5,17 @@
 //   dereferencing a missing allocator, and torch.accelerator.memory_* has an allocator to ask.
 // - PrivateUse1 hooks (availability, default generator, storage resize) and a device guard
 //   whose synchronizeDevice exists (the simulator is synchronous: nothing to wait for).
+// - The scaled_dot_product_attention backend choice: where CPU would run its flash kernel, the
+//   device takes SDPA's "overrideable" fused path, as TorchNeuron does (its
+//   _fused_sdp_choice_neuron returns overrideable), instead of the unfused math path.
 //
 // Device tensors themselves stay Python wrapper subclasses holding host tensors; their memory
 // is booked by backend/device/memory.py, which the allocator's statistics ask through a
 // callback. Plain C entry points (loaded with ctypes) keep pybind11 out of the build.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/native/transformers/sdp_utils_cpp.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -221,7 +226,52 @@ struct NeuronGuard final : c10::impl::DeviceGuardImplInterface {
   }
 };
 
+// SDPA's backend on the device: the fused (overrideable) op where CPU would run its flash kernel
+// -- CPU's own conditions, as ATen's select_sdp_backend_cpp checks them (sdpa_kernel settings,
+// no dropout, dense 4-D inputs, a mask needing no gradient, equal head dims, unit last-dim
+// strides, non-empty sequences, matching batch and heads) -- so the host runs the kernel CPU
+// runs; everything else takes the math path, as on CPU.
+int64_t neuron_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                          const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                          std::optional<double> scale, bool enable_gqa) {
+  const auto math = static_cast<int64_t>(sdp::SDPBackend::math);
+  auto& ctx = at::globalContext();
+  if (!ctx.userEnabledFlashSDP()) {
+    return math;
+  }
+  if (dropout_p > 0.0 || query.is_nested() || key.is_nested() || value.is_nested()) {
+    return math;
+  }
+  if (query.dim() != 4 || key.dim() != 4 || value.dim() != 4) {
+    return math;
+  }
+  if (attn_mask.has_value() && attn_mask->defined() &&
+      (attn_mask->requires_grad() || (attn_mask->dim() != 2 && attn_mask->dim() != 4))) {
+    return math;
+  }
+  const auto head_dim = query.sym_size(-1);
+  if (key.sym_size(-1) != head_dim || value.sym_size(-1) != head_dim) {
+    return math;
+  }
+  if (query.sym_stride(-1) != 1 || key.sym_stride(-1) != 1 || value.sym_stride(-1) != 1) {
+    return math;
+  }
+  if (query.sym_size(-2) == 0 || key.sym_size(-2) == 0) {
+    return math;
+  }
+  const bool same_batch = query.sym_size(0) == key.sym_size(0) && query.sym_size(0) == value.sym_size(0);
+  const bool same_heads = query.sym_size(1) == key.sym_size(1) && query.sym_size(1) == value.sym_size(1);
+  if (!same_batch || !same_heads) {
+    return math;
+  }
+  return static_cast<int64_t>(sdp::SDPBackend::overrideable);
+}
+
 }  // namespace
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &neuron_sdp_choice)
+}  // namespace at::native
 
 // What neuron_install registered (bit flags), so Python can log and test it.
 enum Installed { kAllocator = 1, kHooks = 2, kGuard = 4 };
