@@ -11,7 +11,9 @@ import torch
 
 from .device_module import check_device
 from .memory import POOLS
+from .freed_storage import freed_storage_error
 from .serialization import device_restored_for, mark_for_saving, register_serialization
+from .state import STATE
 from .timing_only import no_values_error
 
 __all__ = ["DeviceTensor", "DeviceStorage", "wrap", "unwrap_to_host", "carry_math_bits"]
@@ -50,6 +52,10 @@ class DeviceTensor(torch.Tensor):
             # Debuggers, tracebacks and containers call repr: say what it is, show no values.
             return (f"tensor(<no values: timing-only>, size={tuple(self.shape)}, device='{self.device}', "
                     f"dtype={self.dtype})")
+        freed = STATE.freed.shortfall(self._inner) if STATE.freed.any else None
+        if freed is not None:
+            return (f"tensor(<storage freed: resized to {freed[0]} bytes>, size={tuple(self.shape)}, "
+                    f"device='{self.device}', dtype={self.dtype})")
         inner = self._inner.detach()
         body = torch._tensor_str._tensor_str(inner, indent=len("tensor(")) if inner.numel() else "[]"
         parts = [body, f"device='{self.device}'"]
@@ -66,6 +72,9 @@ class DeviceTensor(torch.Tensor):
     def __str__(self) -> str:
         if self._inner.is_meta:
             raise no_values_error("printing a tensor")
+        freed = STATE.freed.shortfall(self._inner) if STATE.freed.any else None
+        if freed is not None:
+            raise freed_storage_error("printing a tensor", self.device, *freed)
         return self.__repr__()
 
     def untyped_storage(self) -> DeviceStorage:
@@ -111,10 +120,10 @@ class DeviceStorage(torch.UntypedStorage):
 
     PyTorch refuses ``resize_`` on a placeholder of nonzero size before any device code runs,
     so the resize is done here: the placeholder takes the new size through the device's C++
-    storage hook, and the memory books re-book the bytes. The host storage only ever grows:
-    a freed tensor read by mistake then sees stale values instead of crashing the interpreter
-    (a CPU kernel on a 0-byte storage segfaults), and FSDP2 overwrites the re-allocated bytes
-    with its all-gather before reading them.
+    storage hook, and the memory books re-book the bytes. The host storage only ever grows
+    (a CPU kernel on a 0-byte storage segfaults); the bytes given up are booked in
+    ``STATE.freed``, so dispatch refuses to read them, as a real allocator hands back no freed
+    data. FSDP2 re-allocates, then overwrites the bytes with its all-gather before reading them.
     """
 
     _host: torch.Tensor
@@ -131,6 +140,8 @@ class DeviceStorage(torch.UntypedStorage):
             pool.resize(host, size)
         if size > host.untyped_storage().nbytes():
             host.untyped_storage().resize_(size)
+        if host.__class__ is torch.Tensor:
+            STATE.freed.note_resize(host.untyped_storage(), size)
         # A throwaway wrapper sharing this placeholder carries it to the C++ hook.
         alias = DeviceTensor(torch.empty(0, dtype=torch.uint8), self.device)
         _SET_STORAGE.redispatch(_META, alias, self, 0, [0], [1])
