@@ -34,8 +34,8 @@ class FreedStorages:
     def shortfall(self, inner: torch.Tensor) -> tuple[int, int] | None:
         """(bytes allocated, bytes read) when reading ``inner`` goes past its storage's
         allocated bytes, else None."""
-        if inner.__class__ is not torch.Tensor or inner.numel() == 0:
-            return None     # tracer placeholders have no storage of their own to free
+        if inner.__class__ is not torch.Tensor or inner.layout != torch.strided or inner.numel() == 0:
+            return None     # tracer placeholders and sparse tensors have no storage of their own
         allocated = self._allocated.get(inner.untyped_storage())
         if allocated is None:
             return None

@@ -19,13 +19,23 @@ from .timing_only import no_values_error
 __all__ = ["DeviceTensor", "DeviceStorage", "wrap", "unwrap_to_host", "carry_math_bits"]
 
 
+# PyTorch answers .layout of a wrapper subclass only for strided and COO tensors.
+_COMPRESSED_LAYOUTS = frozenset({torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc})
+
+
 class DeviceTensor(torch.Tensor):
     _inner: torch.Tensor
 
     @staticmethod
     def __new__(cls, inner: torch.Tensor, device: torch.device, requires_grad: bool = False):
+        if inner.layout in _COMPRESSED_LAYOUTS:
+            raise RuntimeError(
+                f"{inner.layout} tensors are not supported on the {device.type} device: a "
+                f"wrapper tensor cannot carry a compressed sparse layout (use to_sparse() for COO)")
+        strided = inner.layout == torch.strided   # sparse COO has no strides or offset
         out = torch.Tensor._make_wrapper_subclass(
-            cls, inner.size(), strides=inner.stride(), storage_offset=inner.storage_offset(),
+            cls, inner.size(), strides=inner.stride() if strided else None,
+            storage_offset=inner.storage_offset() if strided else None,
             dtype=inner.dtype, layout=inner.layout, device=device, requires_grad=requires_grad)
         out._inner = inner
         return out
