@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from .device_module import check_device
-from .memory import POOLS
 from .freed_storage import freed_storage_error
+from .memory import POOLS
 from .serialization import device_restored_for, mark_for_saving, register_serialization
 from .state import STATE
 from .timing_only import no_values_error
