@@ -14,10 +14,13 @@ from backend.recording import SIMULATED_DEVICE_TYPES, STREAM as _STREAM
 from . import numerics, timing_only
 from .collective_scope import device_collective
 from .device_module import reported_device
+from .freed_storage import freed_storage_error
 from .host_kernels import HOST_KERNELS
+from .state import STATE as _DEVICE_STATE
 from .tensor import DeviceTensor, carry_math_bits, wrap
 
 _TIMING = timing_only.STATE
+_FREED = _DEVICE_STATE.freed
 _NUMERICS = numerics.SWITCH
 
 __all__ = ["dispatch", "CROSS_DEVICE_OPS", "SIMULATED_DEVICE_TYPES"]
@@ -35,7 +38,7 @@ CROSS_DEVICE_OPS = frozenset({
 class _OpFacts:
     """What dispatch needs to know about one op overload, worked out on its first call."""
 
-    __slots__ = ("call", "mutates", "is_view", "collective")
+    __slots__ = ("call", "mutates", "is_view", "collective", "written_only")
 
     def __init__(self, func):
         # OpOverload.__call__ only forwards to the C++ op: call that directly. Ops CPU has no
@@ -47,8 +50,20 @@ class _OpFacts:
         # Whether the op may return one of its arguments (in-place and out= ops).
         self.mutates = func._schema.is_mutable or any(
             r.alias_info is not None for r in func._schema.returns) and not func.is_view
+        # Arguments the op only writes (out=, copy_'s destination): reading freed bytes is an
+        # error, writing them is not.
+        self.written_only = frozenset(
+            a.name for a in func._schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write and a.kwarg_only) | (
+            {"self"} if func in _WRITES_SELF_UNREAD else frozenset())
 
 
+# Ops whose ``self`` is overwritten without being read, or rebound (set_, resize_).
+_WRITES_SELF_UNREAD = frozenset({
+    aten.copy_.default, aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default,
+    aten.set_.source_Tensor, aten.set_.source_Storage, aten.set_.source_Storage_storage_offset,
+    aten.set_.default, aten.resize_.default,
+})
 _FACTS = recording.OpFactsCache(_OpFacts)
 
 
@@ -171,6 +186,8 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
     they are collected only if someone is recording.
     """
     facts = _FACTS.of(func)
+    if _FREED.any and not facts.is_view:
+        _refuse_freed_reads(func, facts, args, kwargs)
     if _TIMING.ever_enabled:
         host_args, host_kwargs = timing_only.unify(func, host_args, host_kwargs)
     try:
@@ -218,6 +235,19 @@ def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs)
             recording.emit(func, args, kwargs, inputs, host_outputs,
                            transfer=_transfer_kind(func, args, device))
     return wrapped
+
+
+def _refuse_freed_reads(func, facts, args, kwargs) -> None:
+    """Raise if ``func`` would read bytes ``untyped_storage().resize_()`` freed."""
+    names = [a.name for a in func._schema.arguments]
+    for name, value in (*zip(names, args), *kwargs.items()):
+        if name in facts.written_only:
+            continue
+        for tensor in (value if value.__class__ in (list, tuple) else (value,)):
+            if tensor.__class__ is DeviceTensor:
+                shortfall = _FREED.shortfall(tensor._inner)
+                if shortfall is not None:
+                    raise freed_storage_error(str(func), tensor.device, *shortfall)
 
 
 def _reads_data_free(host_args, host_kwargs) -> bool:

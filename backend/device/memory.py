@@ -70,7 +70,7 @@ class DeviceMemory:
         key = _storage_key(inner)
         entry = self._refs.get(key)
         if entry is None:
-            nbytes = inner.untyped_storage().nbytes()
+            nbytes = _nbytes(inner)
             self.check(nbytes)
             entry = self._refs[key] = [0, nbytes]
             self.allocated_bytes += nbytes
@@ -147,8 +147,25 @@ class DeviceMemory:
         return "\n".join(lines)
 
 
+def _sparse_parts(inner: torch.Tensor) -> tuple:
+    if inner.layout == torch.sparse_coo:
+        return inner._indices(), inner._values()
+    if inner.layout in (torch.sparse_csr, torch.sparse_bsr):
+        return inner.crow_indices(), inner.col_indices(), inner.values()
+    return inner.ccol_indices(), inner.row_indices(), inner.values()
+
+
+def _nbytes(inner: torch.Tensor) -> int:
+    """Bytes a host tensor holds: its storage, or a sparse tensor's index and value storages."""
+    if inner.layout == torch.strided:
+        return inner.untyped_storage().nbytes()
+    return sum(part.untyped_storage().nbytes() for part in _sparse_parts(inner))
+
+
 def _storage_key(inner: torch.Tensor):
     """What identifies a host tensor's storage in the books (shared by its views)."""
+    if inner.layout != torch.strided:
+        return id(inner)   # a sparse tensor has no storage of its own; it dies with its wrapper
     storage = inner.untyped_storage()
     # A data-free (meta) storage has no address: its StorageImpl identifies it.
     return storage._cdata if inner.is_meta else storage.data_ptr() or id(storage)

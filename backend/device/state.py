@@ -8,6 +8,8 @@ dispatch key's allocators) and clears only the per-storage bookkeeping.
 """
 from __future__ import annotations
 
+from .freed_storage import FreedStorages
+
 __all__ = ["DeviceLayerState", "STATE"]
 
 
@@ -15,7 +17,7 @@ class DeviceLayerState:
     """Registration flags, library handles and per-storage notes of the device layer."""
 
     __slots__ = ("registered", "serialization_registered", "pinned_library", "factory_libraries",
-                 "pinned", "saving", "restored", "moved")
+                 "pinned", "saving", "restored", "moved", "freed")
 
     def __init__(self) -> None:
         self.registered = False                 # torch.device("neuron") works (registration.register)
@@ -26,6 +28,7 @@ class DeviceLayerState:
         self.saving: dict = {}                  # data_ptr of a host storage being saved -> device
         self.restored: dict = {}                # data_ptr of a host storage just loaded -> its device
         self.moved: dict = {}                   # (data_ptr, dtype) of such a storage -> it on its device
+        self.freed = FreedStorages()            # host storages untyped_storage().resize_() shrank
 
     def reset(self) -> None:
         """Forget the per-storage notes (tests). Registrations stay: PyTorch keeps them."""
@@ -33,6 +36,7 @@ class DeviceLayerState:
         self.saving.clear()
         self.restored.clear()
         self.moved.clear()
+        self.freed.clear()
 
 
 STATE = DeviceLayerState()

@@ -10,11 +10,17 @@ from __future__ import annotations
 import torch
 
 from .device_module import check_device
+from .freed_storage import freed_storage_error
 from .memory import POOLS
 from .serialization import device_restored_for, mark_for_saving, register_serialization
+from .state import STATE
 from .timing_only import no_values_error
 
 __all__ = ["DeviceTensor", "DeviceStorage", "wrap", "unwrap_to_host", "carry_math_bits"]
+
+
+# PyTorch answers .layout of a wrapper subclass only for strided and COO tensors.
+_COMPRESSED_LAYOUTS = frozenset({torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc})
 
 
 class DeviceTensor(torch.Tensor):
@@ -22,8 +28,14 @@ class DeviceTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, inner: torch.Tensor, device: torch.device, requires_grad: bool = False):
+        if inner.layout in _COMPRESSED_LAYOUTS:
+            raise RuntimeError(
+                f"{inner.layout} tensors are not supported on the {device.type} device: a "
+                f"wrapper tensor cannot carry a compressed sparse layout (use to_sparse() for COO)")
+        strided = inner.layout == torch.strided   # sparse COO has no strides or offset
         out = torch.Tensor._make_wrapper_subclass(
-            cls, inner.size(), strides=inner.stride(), storage_offset=inner.storage_offset(),
+            cls, inner.size(), strides=inner.stride() if strided else None,
+            storage_offset=inner.storage_offset() if strided else None,
             dtype=inner.dtype, layout=inner.layout, device=device, requires_grad=requires_grad)
         out._inner = inner
         return out
@@ -50,6 +62,10 @@ class DeviceTensor(torch.Tensor):
             # Debuggers, tracebacks and containers call repr: say what it is, show no values.
             return (f"tensor(<no values: timing-only>, size={tuple(self.shape)}, device='{self.device}', "
                     f"dtype={self.dtype})")
+        freed = STATE.freed.shortfall(self._inner) if STATE.freed.any else None
+        if freed is not None:
+            return (f"tensor(<storage freed: resized to {freed[0]} bytes>, size={tuple(self.shape)}, "
+                    f"device='{self.device}', dtype={self.dtype})")
         inner = self._inner.detach()
         body = torch._tensor_str._tensor_str(inner, indent=len("tensor(")) if inner.numel() else "[]"
         parts = [body, f"device='{self.device}'"]
@@ -66,6 +82,9 @@ class DeviceTensor(torch.Tensor):
     def __str__(self) -> str:
         if self._inner.is_meta:
             raise no_values_error("printing a tensor")
+        freed = STATE.freed.shortfall(self._inner) if STATE.freed.any else None
+        if freed is not None:
+            raise freed_storage_error("printing a tensor", self.device, *freed)
         return self.__repr__()
 
     def untyped_storage(self) -> DeviceStorage:
@@ -111,10 +130,10 @@ class DeviceStorage(torch.UntypedStorage):
 
     PyTorch refuses ``resize_`` on a placeholder of nonzero size before any device code runs,
     so the resize is done here: the placeholder takes the new size through the device's C++
-    storage hook, and the memory books re-book the bytes. The host storage only ever grows:
-    a freed tensor read by mistake then sees stale values instead of crashing the interpreter
-    (a CPU kernel on a 0-byte storage segfaults), and FSDP2 overwrites the re-allocated bytes
-    with its all-gather before reading them.
+    storage hook, and the memory books re-book the bytes. The host storage only ever grows
+    (a CPU kernel on a 0-byte storage segfaults); the bytes given up are booked in
+    ``STATE.freed``, so dispatch refuses to read them, as a real allocator hands back no freed
+    data. FSDP2 re-allocates, then overwrites the bytes with its all-gather before reading them.
     """
 
     _host: torch.Tensor
@@ -131,6 +150,8 @@ class DeviceStorage(torch.UntypedStorage):
             pool.resize(host, size)
         if size > host.untyped_storage().nbytes():
             host.untyped_storage().resize_(size)
+        if host.__class__ is torch.Tensor:
+            STATE.freed.note_resize(host.untyped_storage(), size)
         # A throwaway wrapper sharing this placeholder carries it to the C++ hook.
         alias = DeviceTensor(torch.empty(0, dtype=torch.uint8), self.device)
         _SET_STORAGE.redispatch(_META, alias, self, 0, [0], [1])

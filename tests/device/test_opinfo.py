@@ -16,7 +16,7 @@ import opinfo_expected_failures  # noqa: E402
 import opinfo_sweep  # noqa: E402
 
 # Families where the wrapper's view metadata, math bits and out=/resize handling matter most,
-# plus common elementwise, reduction, matmul and normalization ops.
+# plus common elementwise, reduction, matmul and normalization ops, and a sparse COO op.
 CI_OPS = (
     "add", "mul", "div.no_rounding_mode", "sub", "abs", "exp", "tanh", "sigmoid", "where",
     "conj", "conj_physical", "resolve_conj", "resolve_neg", "view_as_real", "real", "imag",
@@ -24,7 +24,7 @@ CI_OPS = (
     "sum", "mean", "amax", "cumsum", "softmax", "matmul", "mm", "bmm", "addmm",
     "native_layer_norm", "nn.functional.group_norm", "nn.functional.layer_norm",
     "nn.functional.linear", "nn.functional.conv2d", "index_select", "gather", "scatter_add",
-    "zeros_like", "clone", "contiguous", "resize_", "resize_as_",
+    "zeros_like", "clone", "contiguous", "resize_", "resize_as_", "to_sparse",
 )
 
 

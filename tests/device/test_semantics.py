@@ -206,3 +206,18 @@ def test_autoload_registers_device_without_importing_workbench():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["neuron:0", "False"]
+
+
+def test_a_sparse_coo_tensor_lives_on_the_device_and_matches_cpu(neuron):
+    # The memory books used to ask a sparse host tensor for its storage, which it has not.
+    dense = torch.tensor([[0.0, 2.0], [3.0, 0.0]])
+    sparse = dense.to(neuron).to_sparse()
+    assert sparse.layout == torch.sparse_coo and sparse.device.type == "neuron"
+    assert torch.equal(sparse.cpu().to_dense(), dense)
+    assert torch.equal((sparse + sparse).to_dense().cpu(), 2 * dense)
+
+
+def test_a_compressed_sparse_tensor_is_refused_with_a_clear_error(neuron):
+    # A wrapper tensor with a CSR layout could be built but not even asked for its layout.
+    with pytest.raises(RuntimeError, match="torch.sparse_csr tensors are not supported on the neuron"):
+        torch.eye(2, device=neuron).to_sparse_csr()
