@@ -43,7 +43,10 @@ def contiguous_run(t: TensorDesc) -> int:
 def run_bytes(t: TensorDesc, tile_row_bytes: int) -> int:
     """Bytes per DMA descriptor when moving a tile row of ``tile_row_bytes`` to or from ``t`` in
     HBM: a descriptor covers one contiguous run, so a strided view (a ``select`` of the last
-    axis) costs a descriptor per run, down to one per element."""
+    axis) costs a descriptor per run, down to one per element. A broadcast (a stride-0 axis) is
+    read once and replicated on chip, so it keeps the tile's rows."""
+    if t.strides is not None and any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.strides)):
+        return tile_row_bytes
     return max(t.itemsize, min(tile_row_bytes, contiguous_run(t) * t.itemsize))
 
 

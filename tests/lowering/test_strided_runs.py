@@ -59,3 +59,9 @@ def test_scatter_into_a_view_writes_runs_of_the_view(name, dim, src_shape, run):
     copy, write = _dmas(OpRecord(0, name, (base, src), (base,), {"dim": dim}))
     assert copy.descriptors == 1
     assert write.descriptors == src.numel // run
+
+
+def test_a_broadcast_input_keeps_the_tiles_rows():
+    """An expanded (stride-0) operand is replicated on chip, not gathered one element per descriptor."""
+    expanded = TensorDesc((1, 256, 16), "float32", (0, 1, 0))
+    assert _dmas(OpRecord(0, "aten::mul", (expanded, CONTIGUOUS), (CONTIGUOUS,)))[0].descriptors == 128
