@@ -8,7 +8,7 @@ nothing lowers runs on the host: its inputs go down, the host computes, its outp
 """
 from __future__ import annotations
 
-from math import ceil
+from math import ceil, prod
 
 from backend.lowering.builder import Builder, OpContext
 from backend.sim.flops import op_flops, op_min_bytes
@@ -19,7 +19,7 @@ from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.ir import Program
 from backend.sim.presets import NeuronConfig
 
-__all__ = ["contiguous_run", "transfer_program", "fallback_program", "fallback_into", "copy_tensor",
+__all__ = ["contiguous_run", "run_bytes", "transfer_program", "fallback_program", "fallback_into", "copy_tensor",
            "base_program", "zero_fill"]
 
 TRANSPOSE_BLOCK = 128           # the PE array's 128x128 (pe_rows x pe_cols)
@@ -40,14 +40,26 @@ def contiguous_run(t: TensorDesc) -> int:
     return run
 
 
+def run_bytes(t: TensorDesc, tile_row_bytes: int) -> int:
+    """Bytes per DMA descriptor when moving a tile row of ``tile_row_bytes`` to or from ``t`` in
+    HBM: a descriptor covers one contiguous run, so a strided view (a ``select`` of the last
+    axis) costs a descriptor per run, down to one per element. A broadcast (a stride-0 axis) is
+    read once and replicated on chip, so it keeps the tile's rows."""
+    if t.strides is not None and any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.strides)):
+        return tile_row_bytes
+    return max(t.itemsize, min(tile_row_bytes, contiguous_run(t) * t.itemsize))
+
+
 def copy_tensor(ctx: OpContext, src_index: int, src: TensorDesc, dst: TensorDesc) -> None:
-    """Copy (and cast) ``src`` into the contiguous output ``dst``."""
+    """Copy (and cast) ``src`` into ``dst`` (contiguous, or a strided view ``copy_`` writes into)."""
     if dst.numel == 0:
         return
-    run_bytes = contiguous_run(src) * src.itemsize
-    if run_bytes >= assumptions.value("data.min_dma_run_bytes") or src.numel < TRANSPOSE_BLOCK:
+    src_run = contiguous_run(src) * src.itemsize
+    if src_run >= assumptions.value("data.min_dma_run_bytes") or src.numel < TRANSPOSE_BLOCK:
+        # one descriptor per run of whichever side is more fragmented (``copy_`` into a strided view)
+        row = min(run_bytes(src, src_run), run_bytes(dst, src_run))
         ids = [ctx.builder.dma(max(src.nbytes, dst.nbytes), src="hbm", dst="hbm",
-                               row_bytes=max(src.itemsize, run_bytes), src_bytes=src.nbytes, dst_bytes=dst.nbytes,
+                               row_bytes=row, src_bytes=src.nbytes, dst_bytes=dst.nbytes,
                                deps=ctx.ready_deps(src_index))]
         ctx.set_ready(0, ids)
         return
@@ -58,8 +70,8 @@ def copy_tensor(ctx: OpContext, src_index: int, src: TensorDesc, dst: TensorDesc
               Stage("vector", "tensor_copy", min(free, 4 * TRANSPOSE_BLOCK), count=max(1, blocks // 4),
                     dtype="float32", out_dtype=dst.dtype, src="psum")]
     stream(ctx, tiles=tiles, partitions=parts, stages=stages,
-           loads=[TileIO(src_index, parts * free * src.itemsize, max(src.itemsize, run_bytes), parts)],
-           stores=[TileIO(0, parts * free * dst.itemsize, free * dst.itemsize, parts)])
+           loads=[TileIO(src_index, parts * free * src.itemsize, max(src.itemsize, src_run), parts)],
+           stores=[TileIO(0, parts * free * dst.itemsize, run_bytes(dst, free * dst.itemsize), parts)])
 
 
 def zero_fill(ctx: OpContext, out: TensorDesc, nbytes: int | None = None, run_bytes: int | None = None) -> int:
@@ -89,6 +101,20 @@ def _strided_copy(ctx: OpContext) -> None:
     copy_tensor(ctx, 0, TensorDesc(out.shape, src.dtype, tuple(strides) if strides else None), out)
 
 
+def _view_run_bytes(ctx: OpContext, src: TensorDesc) -> int:
+    """Contiguous bytes of the output view ``src`` is written into: a select or slice of axis
+    ``dim`` of a contiguous output keeps runs of ``src.shape[dim:]`` (one element for the last
+    axis); views without a ``dim`` are taken as running along ``src``'s last axis."""
+    dim = ctx.attrs.get("dim")
+    if dim is None or not src.shape or ctx.record.name not in ("aten::select_scatter", "aten::slice_scatter"):
+        return max(src.itemsize, src.shape[-1] * src.itemsize if src.shape else 0)
+    out = ctx.outputs[0]
+    dim %= len(out.shape)
+    if ctx.record.name == "aten::slice_scatter" and (ctx.attrs.get("step") or 1) != 1:
+        return src.itemsize
+    return src.itemsize * prod(src.shape[dim:])
+
+
 @lowering("aten::as_strided_scatter", "aten::slice_scatter", "aten::select_scatter", "aten::diagonal_scatter")
 def _scatter_into_view(ctx: OpContext) -> None:
     """The input copied to the output, then ``src`` DMA'd over its view of the output."""
@@ -96,14 +122,15 @@ def _scatter_into_view(ctx: OpContext) -> None:
     copy_tensor(ctx, 0, base, out)
     if src.numel:
         after_copy = ctx.out_ready[0] if ctx.out_ready and ctx.out_ready[0] else ()
-        write = ctx.builder.dma(src.nbytes, src="hbm", dst="hbm", row_bytes=max(src.itemsize, src.shape[-1] * src.itemsize if src.shape else 0),
+        write = ctx.builder.dma(src.nbytes, src="hbm", dst="hbm", row_bytes=_view_run_bytes(ctx, src),
                                 deps=(*ctx.ready_deps(1), *after_copy[-1:]))
         ctx.set_ready(0, [write])
 
 
-@lowering("aten::copy_", "aten::_copy_from_and_resize")
+@lowering("aten::copy_", "aten::copy", "aten::_copy_from_and_resize")
 def _copy_into(ctx: OpContext) -> None:
-    # copy_(self, src): the source is the second argument; self is overwritten, not read.
+    # copy_(self, src) and its functional twin copy(self, src): the source is the second argument;
+    # self is overwritten (or only gives the layout), not read.
     src_index = 1 if len(ctx.inputs) > 1 else 0
     copy_tensor(ctx, src_index, ctx.inputs[src_index], ctx.outputs[0] if ctx.outputs else ctx.inputs[0])
 

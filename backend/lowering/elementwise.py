@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from backend.lowering.builder import OpContext
+from backend.lowering.data import run_bytes
 from backend.lowering.registry import lowering
 from backend.lowering.stream import Stage, TileIO, elementwise_tiling, scalar_stage, stream, vector_stage
 from backend.sim.descriptors import TensorDesc
@@ -75,7 +76,7 @@ def elementwise(ctx: OpContext, stages_for: StageFn, *, read_inputs: bool = True
             continue
         if t.numel >= numel:
             scale = t.numel // numel        # > 1 when the op shrinks its input (glu's two halves)
-            loads.append(TileIO(i, scale * tile_elems * t.itemsize, scale * free * t.itemsize, parts))
+            loads.append(TileIO(i, scale * tile_elems * t.itemsize, run_bytes(t, scale * free * t.itemsize), parts))
             full_inputs += 1
         elif t.numel <= tile_elems:
             # broadcast operand: replicated across partitions once, its source read once
@@ -86,7 +87,7 @@ def elementwise(ctx: OpContext, stages_for: StageFn, *, read_inputs: bool = True
             loads.append(TileIO(i, share, max(t.itemsize, share // parts), parts))
     # an in-place op that reports no outputs writes its first input back
     outs = ctx.outputs or (ctx.inputs[:1] if ctx.record.name.endswith("_") else ())
-    stores = [TileIO(k, tile_elems * o.itemsize, free * o.itemsize, parts) for k, o in enumerate(outs)
+    stores = [TileIO(k, tile_elems * o.itemsize, run_bytes(o, free * o.itemsize), parts) for k, o in enumerate(outs)
               if o.numel >= numel]
     return stream(ctx, tiles=tiles, partitions=parts, stages=stages_for(free, dtype, full_inputs, ctx),
                   loads=loads, stores=stores)

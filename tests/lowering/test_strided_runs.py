@@ -1,0 +1,67 @@
+"""DMA descriptors follow the contiguous runs of a strided HBM view (issue 12: the Mamba scan
+reads and writes ``scan[..., i]``, one 4-byte element every 2 KiB)."""
+import pytest
+
+from backend.lowering import lower
+from backend.sim import OpRecord, TensorDesc, get_target
+
+TRN1 = get_target("trn1")
+CONTIGUOUS = TensorDesc((1, 256, 16), "float32")
+LAST_AXIS_SELECT = TensorDesc((1, 256, 16), "float32", (2097152, 8192, 512))   # scan[..., i] of [1,256,16,512]
+
+
+def _dmas(record):
+    return [ins for ins in lower(record, TRN1).instructions if ins.engine == "dma"]
+
+
+@pytest.mark.parametrize("name", ["aten::copy_", "aten::copy"])
+def test_copy_into_a_strided_view_pays_one_descriptor_per_element(name):
+    record = OpRecord(0, name, (LAST_AXIS_SELECT, CONTIGUOUS), (LAST_AXIS_SELECT,))
+    (dma,) = _dmas(record)
+    assert (dma.src, dma.dst, dma.nbytes, dma.descriptors) == ("hbm", "hbm", 16384, 4096)
+
+
+def test_copy_between_contiguous_tensors_is_one_descriptor():
+    (dma,) = _dmas(OpRecord(0, "aten::copy_", (CONTIGUOUS, CONTIGUOUS), (CONTIGUOUS,)))
+    assert dma.descriptors == 1
+
+
+def test_elementwise_load_of_a_strided_view_pays_one_descriptor_per_element():
+    strided = _dmas(OpRecord(0, "aten::mul", (LAST_AXIS_SELECT, CONTIGUOUS), (CONTIGUOUS,)))
+    plain = _dmas(OpRecord(0, "aten::mul", (CONTIGUOUS, CONTIGUOUS), (CONTIGUOUS,)))
+    # loads of input 0, input 1, then the store: 128 partitions x 32 elements per tile
+    assert [d.descriptors for d in plain] == [128, 128, 128]
+    assert [d.descriptors for d in strided] == [4096, 128, 128]
+
+
+def test_elementwise_store_into_a_strided_output_pays_one_descriptor_per_element():
+    dmas = _dmas(OpRecord(0, "aten::add", (CONTIGUOUS, CONTIGUOUS), (LAST_AXIS_SELECT,)))
+    assert [d.descriptors for d in dmas] == [128, 128, 4096]
+
+
+def test_strided_descriptors_cost_their_overhead_slots():
+    """4096 descriptors over 16 engines: 256 per engine, each a 256-byte slot at 17 B/ns on trn1,
+    plus 16 KiB / 16 engines at the same rate."""
+    from backend.sim.costs.dma import dma_engine_ns
+    (dma,) = _dmas(OpRecord(0, "aten::copy_", (LAST_AXIS_SELECT, CONTIGUOUS), (LAST_AXIS_SELECT,)))
+    ns = dma_engine_ns(dma.nbytes, dma.descriptors, dma.dma_engines, dma.src, dma.dst, TRN1)
+    assert ns == pytest.approx((1024 + 256 * 256) / 17.0)
+
+
+@pytest.mark.parametrize("name, dim, src_shape, run", [
+    ("aten::select_scatter", 3, (1, 256, 16), 1),          # last axis: element runs
+    ("aten::select_scatter", 1, (1, 16, 512), 16 * 512),   # a whole [16, 512] plane per run
+    ("aten::slice_scatter", 3, (1, 256, 16, 8), 8),
+])
+def test_scatter_into_a_view_writes_runs_of_the_view(name, dim, src_shape, run):
+    base = TensorDesc((1, 256, 16, 512), "float32")
+    src = TensorDesc(src_shape, "float32")
+    copy, write = _dmas(OpRecord(0, name, (base, src), (base,), {"dim": dim}))
+    assert copy.descriptors == 1
+    assert write.descriptors == src.numel // run
+
+
+def test_a_broadcast_input_keeps_the_tiles_rows():
+    """An expanded (stride-0) operand is replicated on chip, not gathered one element per descriptor."""
+    expanded = TensorDesc((1, 256, 16), "float32", (0, 1, 0))
+    assert _dmas(OpRecord(0, "aten::mul", (expanded, CONTIGUOUS), (CONTIGUOUS,)))[0].descriptors == 128
