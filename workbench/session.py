@@ -100,15 +100,17 @@ class _Sampler:
 
 
 def _target_in_effect(device: str):
-    """The target a profile without one uses: the one ``set_device`` chose for this device (a
-    derived what-if config included), else the device's default preset. Profiling a model held
-    on a roomy what-if core must not fall back to a smaller preset under it."""
+    """The target a profile without one uses: for ``neuron``, the core the device simulates now
+    (what ``set_device``, ``torch.neuron.set_target`` or the logical-core config chose, a derived
+    what-if config included); for the others, the one ``set_device`` chose, else the default
+    preset. Profiling a model held on a roomy what-if core, or on a logical (LNC=2) core, must not
+    fall back to a different preset under it."""
     from workbench.devices import active_device
 
-    state = active_device()
-    if device == "neuron" and state.device == "neuron":
+    if device == "neuron":
         import backend.device as device_layer
         return device_layer.get_target()
+    state = active_device()
     if state.device == device and state.target:
         return state.target
     return DEFAULT_TARGETS[device]

@@ -175,3 +175,18 @@ def test_collective_topology_counts_logical_cores_as_ranks():
     assert per_core(chip, get_target("trn2")).devices_per_node == chip.devices_per_node * 8
     assert per_core(chip, get_target("trn2/lnc2")).devices_per_node == chip.devices_per_node * 4
     assert per_core(chip, 4) == per_core(chip, get_target("trn2/lnc2"))
+
+
+def test_a_profile_without_a_target_times_the_logical_core_selected():
+    import workbench as wb
+    try:
+        torch.neuron.set_logical_nc_config(2)
+        with wb.profile() as prof:
+            a = torch.ones(512, 512, device="neuron")
+            a @ a
+        assert prof.meta["target"] == "trn2/lnc2"
+    finally:
+        torch.neuron.set_logical_nc_config(1)
+    with wb.profile() as prof:
+        torch.ones(4, device="neuron") + 1
+    assert prof.meta["target"] == "trn2"
