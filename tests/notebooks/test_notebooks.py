@@ -26,9 +26,11 @@ FACTS = {
     "02_eager_vs_compiled.ipynb": (["compiled / eager", "FX code of", "addmm,gelu"], [WIDGET, PLOTLY]),
     "03_cuda_to_neuron.ipynb": (["emulated h100 GPU", "redirected to the neuron device", "aten::nonzero",
                                  "NeuronCore vs CPU:     max |diff| = 0.0", "top-5 classes agree"], [WIDGET]),
-    "04_transformer_anatomy.ipynb": (["ridge point", "aten::bmm", "seq 512 (%)"], [WIDGET, PLOTLY]),
+    "04_transformer_anatomy.ipynb": (["ridge point", "aten::bmm", "seq 512 (%)",
+                                      "aten::_scaled_dot_product_fused_attention_overrideable"], [WIDGET, PLOTLY]),
     "05_hardware_what_ifs.ipynb": (["neuron trn1", "neuron trn3", "cuda h100", "2x HBM + DMA",
-                                    "what-if change", "simulated on trn2:", "dominant assumption"], [PLOTLY]),
+                                    "what-if change", "simulated on trn2:", "dominant assumption",
+                                    "from v6e's timing error band"], [PLOTLY]),
     "06_migration_report.ipynb": (["Migration report: Sequential (inference, batch 16) on trn2 vs h100",
                                    "fall back to the host (aten::_fft_r2c", "3x3 conv: 0 host fallback op(s)",
                                    "1 graph break(s)", "fits; largest batch that fits",
@@ -36,7 +38,8 @@ FACTS = {
     "07_llama_from_a_laptop.ipynb": (["timing-only: shapes, no values", "OutOfMemoryError: neuron out of memory",
                                       "12.00 GiB", "in bf16 on trn2-96GiB", "32 layers (scaled)",
                                       "tokens/s on one core", "compiled", "timing-only now: False"], []),
-    "08_scaling_llama.ipynb": (["trn2-ultraserver", "dgx-h100", "of the step is exposed communication, speedup"],
+    "08_scaling_llama.ipynb": (["trn2-ultraserver", "dgx-h100", "of the step is exposed communication, speedup",
+                                "trn2/lnc2", "restored: trn2 with 8 NeuronCores"],
                                [PLOTLY]),
 }
 
