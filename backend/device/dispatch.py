@@ -149,7 +149,7 @@ def dispatch(func, args, kwargs):
                 break
         else:
             if device is not None:
-                return _execute(func, args, kwargs, host_args, {}, device, None, None)
+                return _execute(func, _FACTS.of(func), args, kwargs, host_args, {}, device, None, None)
     return _dispatch_general(func, args, kwargs)
 
 
@@ -173,19 +173,19 @@ def _dispatch_general(func, args, kwargs):
             host_kwargs["device"] = target
     if state.host_tensor is not None and func not in CROSS_DEVICE_OPS:
         _raise_mixed(state.device, state.host_tensor.device)
-    if _FACTS.of(func).collective:
+    facts = _FACTS.of(func)
+    if facts.collective:
         with device_collective():
-            return _execute(func, args, kwargs, host_args, host_kwargs, state.device, target, state.inputs)
-    return _execute(func, args, kwargs, host_args, host_kwargs, state.device, target, state.inputs)
+            return _execute(func, facts, args, kwargs, host_args, host_kwargs, state.device, target, state.inputs)
+    return _execute(func, facts, args, kwargs, host_args, host_kwargs, state.device, target, state.inputs)
 
 
-def _execute(func, args, kwargs, host_args, host_kwargs, device, target, inputs):
+def _execute(func, facts, args, kwargs, host_args, host_kwargs, device, target, inputs):
     """Run the host kernel, wrap its outputs onto ``device`` and report the op.
 
-    ``inputs``: the host tensors the op read, for the recording; None on the fast path, where
-    they are collected only if someone is recording.
+    ``facts``: the op's ``_OpFacts``; ``inputs``: the host tensors the op read, for the
+    recording; None on the fast path, where they are collected only if someone is recording.
     """
-    facts = _FACTS.of(func)
     if _FREED.any and not facts.is_view:
         _refuse_freed_reads(func, facts, args, kwargs)
     if _TIMING.ever_enabled:
