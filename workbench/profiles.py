@@ -88,16 +88,11 @@ class Profile:
         replayed with every modelling assumption of its target (NeuronCore, GPU or TPU) at its
         plausible range ends. Costs about two replays per assumption, so it runs on request;
         afterwards ``summary`` carries ``total_time_low`` / ``total_time_high``."""
-        replay = self.replay
-        if replay is None and self.workload is not None:      # a NeuronCore workload set by hand
-            from backend.lowering.timeline import replay as replay_neuron
-            workload = self.workload
-            replay = lambda target: replay_neuron(workload, target)    # noqa: E731
-        if replay is None:
+        if self.replay is None:
             raise RuntimeError("time_band() needs a profile made by profile() or migration_report(); this one "
                                "kept no workload to replay")
         from backend.sim.sensitivity import time_band
-        self.band = time_band(replay, self.workload_target or self.meta.get("target"))
+        self.band = time_band(self.replay, self.workload_target or self.meta.get("target"))
         return self.band
 
     @cached_property

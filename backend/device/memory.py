@@ -147,19 +147,12 @@ class DeviceMemory:
         return "\n".join(lines)
 
 
-def _sparse_parts(inner: torch.Tensor) -> tuple:
-    if inner.layout == torch.sparse_coo:
-        return inner._indices(), inner._values()
-    if inner.layout in (torch.sparse_csr, torch.sparse_bsr):
-        return inner.crow_indices(), inner.col_indices(), inner.values()
-    return inner.ccol_indices(), inner.row_indices(), inner.values()
-
-
 def _nbytes(inner: torch.Tensor) -> int:
-    """Bytes a host tensor holds: its storage, or a sparse tensor's index and value storages."""
+    """Bytes a host tensor holds: its storage, or a sparse COO tensor's index and value storages
+    (the compressed layouts never reach the device: ``DeviceTensor`` refuses them)."""
     if inner.layout == torch.strided:
         return inner.untyped_storage().nbytes()
-    return sum(part.untyped_storage().nbytes() for part in _sparse_parts(inner))
+    return sum(part.untyped_storage().nbytes() for part in (inner._indices(), inner._values()))
 
 
 def _storage_key(inner: torch.Tensor):
@@ -178,6 +171,9 @@ def _fmt(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
+_DEVICE_KEYS: dict = {}       # torch.device -> its pool key (MemoryPools.for_device)
+
+
 class MemoryPools(dict):
     """The memory books of each simulated device: ``"neuron"`` (and ``"cuda"``) for device 0,
     ``("neuron", i)`` for device ``i`` > 0, so each NeuronCore of a chip is charged on its own.
@@ -190,8 +186,15 @@ class MemoryPools(dict):
         return device_type if not index else (device_type, index)
 
     def for_device(self, device: torch.device) -> DeviceMemory | None:
-        """The books of ``device`` (its index None or 0: the device type's first device)."""
-        return self.get(self.key(device.type, device.index))
+        """The books of ``device`` (its index None or 0: the device type's first device).
+
+        On every device tensor's creation: ``device.type`` builds a new string per call (a
+        PrivateUse1 name look-up) while hashing a device is cheap, so keys are kept per device
+        (few distinct devices ever exist)."""
+        key = _DEVICE_KEYS.get(device)
+        if key is None:
+            key = _DEVICE_KEYS[device] = self.key(device.type, device.index)
+        return self.get(key)
 
     def install(self, device_type: str, capacity_bytes: int, label: str, index: int = 0) -> DeviceMemory:
         """(Re)configure the pool of a device, keeping live allocations when resized."""

@@ -28,15 +28,18 @@ class DeviceTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, inner: torch.Tensor, device: torch.device, requires_grad: bool = False):
-        if inner.layout in _COMPRESSED_LAYOUTS:
+        layout = inner.layout
+        if layout is torch.strided:
+            out = torch.Tensor._make_wrapper_subclass(
+                cls, inner.size(), strides=inner.stride(), storage_offset=inner.storage_offset(),
+                dtype=inner.dtype, layout=layout, device=device, requires_grad=requires_grad)
+        elif layout in _COMPRESSED_LAYOUTS:
             raise RuntimeError(
-                f"{inner.layout} tensors are not supported on the {device.type} device: a "
+                f"{layout} tensors are not supported on the {device.type} device: a "
                 f"wrapper tensor cannot carry a compressed sparse layout (use to_sparse() for COO)")
-        strided = inner.layout == torch.strided   # sparse COO has no strides or offset
-        out = torch.Tensor._make_wrapper_subclass(
-            cls, inner.size(), strides=inner.stride() if strided else None,
-            storage_offset=inner.storage_offset() if strided else None,
-            dtype=inner.dtype, layout=inner.layout, device=device, requires_grad=requires_grad)
+        else:   # sparse COO: no strides or offset
+            out = torch.Tensor._make_wrapper_subclass(
+                cls, inner.size(), dtype=inner.dtype, layout=layout, device=device, requires_grad=requires_grad)
         out._inner = inner
         return out
 
@@ -188,21 +191,13 @@ def _rebuild_tagged_tensor(tensor: torch.Tensor, requires_grad: bool = False, is
     return tensor.requires_grad_(requires_grad)
 
 
-# torch.device -> the key of its memory books: ``device.type`` builds a new string per call (a
-# PrivateUse1 name look-up), while hashing a device is cheap. Few distinct devices ever exist.
-_POOL_KEYS: dict = {}
-
-
 def wrap(inner: torch.Tensor, device: torch.device) -> DeviceTensor:
     """The device tensor on ``device`` holding ``inner``'s values (every device tensor is
     made here: factories, ``.to``, op outputs); raises for a device that does not exist."""
     if device.index:   # None and 0 always exist; only other ordinals need the device count
         check_device(device)
     out = DeviceTensor(inner, device)
-    key = _POOL_KEYS.get(device)
-    if key is None:
-        key = _POOL_KEYS[device] = POOLS.key(device.type, device.index)
-    pool = POOLS.get(key)
+    pool = POOLS.for_device(device)
     if pool is not None:
         pool.track(inner)
     return out

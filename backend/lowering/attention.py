@@ -7,7 +7,7 @@ matmul. Only Q, K, V (and O, logsumexp) cross HBM. Causal attention skips the bl
 diagonal and masks the diagonal ones with GpSimdE ``affine_select``. The backward pass
 recomputes P and runs the five products of dV, dP, dQ, dK. Without a causal mask the order of
 keys (and of queries) is free, so each partition loads its rows as one contiguous run
-(``run_bytes``) instead of one descriptor per row; the forward pass frees a loaded Q/K tile
+(``head_run_bytes``) instead of one descriptor per row; the forward pass frees a loaded Q/K tile
 once it is transposed, so a head holds Q^T and K^T but not Q and K beside them.
 
 Head groups are software-pipelined the way a flash-attention kernel overlaps its engines:
@@ -29,7 +29,7 @@ from backend.lowering.matmul import tensor_engine_dtype
 from backend.lowering.registry import lowering
 from backend.sim import assumptions
 
-__all__ = ["attention", "software_pipeline", "run_bytes"]
+__all__ = ["attention", "software_pipeline", "head_run_bytes"]
 
 
 Stage = Callable[[int, int, dict], None]     # (group, heads in it, that group's ids so far)
@@ -66,7 +66,7 @@ def _group_sizes(heads: int, per_head: int, stages: int, sbuf_bytes: int) -> lis
     return split_even(heads, groups)
 
 
-def run_bytes(shape: tuple, itemsize_: int, causal: bool) -> int:
+def head_run_bytes(shape: tuple, itemsize_: int, causal: bool) -> int:
     """Contiguous bytes per DMA descriptor when a [..., rows, cols] operand moves between HBM and
     128 SBUF partitions. Causal attention tiles rows in sequence order (a tile is 128 consecutive
     rows, one per partition, so one row per descriptor) to skip the blocks above the diagonal.
@@ -113,7 +113,7 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
 
     def load(g: int, r: int, ids: dict) -> None:
         loads = [b.dma(x.nbytes // heads, src="hbm", dst="sbuf", partitions=min(128, x.shape[-2]),
-                       row_bytes=run_bytes(x.shape, x.itemsize, causal), deps=older(g, "last", in_flight), repeat=r)
+                       row_bytes=head_run_bytes(x.shape, x.itemsize, causal), deps=older(g, "last", in_flight), repeat=r)
                  for i, x in enumerate(operands) if x.numel and not ctx.in_sbuf(i)]
         ids["loads"] = (*loads, *(dep for i in range(off + 3) for dep in ctx.ready_deps(i)))
 
@@ -179,7 +179,7 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
             if o_t.numel and ctx.out_to_hbm[kk]:
                 b.dma(o_t.nbytes // heads, src="sbuf", dst="hbm",
                       partitions=min(128, o_t.shape[-2] if len(o_t.shape) > 1 else 1),
-                      row_bytes=run_bytes(o_t.shape, o_t.itemsize, causal or len(o_t.shape) != len(q.shape)),
+                      row_bytes=head_run_bytes(o_t.shape, o_t.itemsize, causal or len(o_t.shape) != len(q.shape)),
                       deps=(ids["last"],), repeat=r)
 
     stages = [load, scores, row_max, exp, transpose_p, evacuate_p,

@@ -20,13 +20,11 @@ The band varies the TPU preset's ASSUMPTION fields (``backend.sim.sensitivity``)
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.tpu import TpuSession, get_tpu
-from backend.sim.tpu.presets import TpuConfig, v6e
+from backend.sim.tpu.presets import v6e
 from benchmarks.op_streams import OpStream
-from benchmarks.fidelity.workloads import LLAMA_8B, REMAT_PARTS, lora_llama_step
+from benchmarks.fidelity.workloads import LLAMA_8B, REMAT_PARTS, lora_llama_step, per_layer_replay
 
 __all__ = ["tpu_rows", "full_llama_step", "tpu_ns", "LLAMA2_70B", "TIERING", "REMAT"]
 
@@ -70,18 +68,6 @@ def tpu_ns(records: list[OpRecord], target: str) -> float:
     return session.trace.total_time_ns
 
 
-def _per_layer_run(layers: int, seq: int, **step) -> Callable[[TpuConfig], float]:
-    """``run(config) -> ns`` of a ``layers``-deep step from 1- and 2-layer streams (as
-    ``workloads.per_layer_run``), the streams built once."""
-    one, two = full_llama_step(1, seq, **step), full_llama_step(2, seq, **step)
-
-    def run(config: TpuConfig) -> float:
-        t1 = tpu_ns(one, config)
-        return t1 + (layers - 1) * (tpu_ns(two, config) - t1)
-
-    return run
-
-
 def tpu_rows() -> list:
     from benchmarks.fidelity.table import Row, _timed
 
@@ -92,7 +78,8 @@ def tpu_rows() -> list:
              "qkv_proj_offloaded")):
         layers = (LLAMA2_70B if dims else LLAMA_8B)["layers"]
         published_ns = seq / tokens_per_s * 1e9
-        run = _per_layer_run(layers, seq, recompute=REMAT[policy], **dims)
+        step = dict(recompute=REMAT[policy], **dims)
+        run = per_layer_replay(full_llama_step(1, seq, **step), full_llama_step(2, seq, **step), layers, cost=tpu_ns)
         rows.append(_timed(f"{name} training, one SL={seq} sequence per chip (v6e-256, bf16)", run, v6e,
                            published_ns,
                            f"{TIERING}: {tokens_per_s:,.0f} tokens/s/device, {mfu} MFU; published = SL / tokens/s; "

@@ -202,12 +202,14 @@ def lora_llama_step(layers: int, seq: int = 2048, batch: int = 1, rank: int = 16
     return s.records
 
 
-def per_layer_replay(one: list, two: list, layers: int) -> Callable[[NeuronConfig], float]:
-    """``run(target) -> ns`` of ``layers`` layers from kept 1- and 2-layer workloads."""
+def per_layer_replay(one: list, two: list, layers: int,
+                     cost: Callable[[list, object], float] = replay) -> Callable[[NeuronConfig], float]:
+    """``run(target) -> ns`` of ``layers`` layers from kept 1- and 2-layer workloads, each timed
+    by ``cost(workload, target)`` (a NeuronCore replay by default)."""
 
     def run(target: NeuronConfig) -> float:
-        t1 = replay(one, target)
-        return t1 + (layers - 1) * (replay(two, target) - t1)
+        t1 = cost(one, target)
+        return t1 + (layers - 1) * (cost(two, target) - t1)
 
     return run
 

@@ -1,6 +1,6 @@
 """Attention lowering: how operands move (descriptor runs) and what a head holds in SBUF."""
 from backend.lowering import lower
-from backend.lowering.attention import run_bytes
+from backend.lowering.attention import head_run_bytes
 from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.scheduler import Simulator
 
@@ -13,9 +13,9 @@ def _sdpa(heads: int, seq: int, causal: bool = False, queries: int | None = None
 
 
 def test_unmasked_rows_move_in_one_run_per_partition():
-    assert run_bytes((1, 8, 4160, 128), 2, causal=False) == 33 * 256       # ceil(4160 / 128) rows of 256 B
-    assert run_bytes((1, 8, 4160, 128), 2, causal=True) == 256              # tiles in sequence order: a row each
-    assert run_bytes((1, 1, 100, 64), 2, causal=False) == 128               # one row per partition
+    assert head_run_bytes((1, 8, 4160, 128), 2, causal=False) == 33 * 256       # ceil(4160 / 128) rows of 256 B
+    assert head_run_bytes((1, 8, 4160, 128), 2, causal=True) == 256              # tiles in sequence order: a row each
+    assert head_run_bytes((1, 1, 100, 64), 2, causal=False) == 128               # one row per partition
     for causal, descriptors in ((False, 128), (True, 512)):
         program = lower(_sdpa(1, 512, causal), "trn1")
         k_load = [i for i in program.instructions if i.engine == "dma"][1]
