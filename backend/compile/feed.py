@@ -146,7 +146,7 @@ def _lower(kernel: KernelSpec, target, kept_in: tuple, kept_out: tuple):
             outputs_to_hbm[j][k] = False
     return lower_kernel(kernel.name, kernel.records, target, inputs_from=kernel.inputs_from,
                         outputs_to_hbm=outputs_to_hbm, nodes=kernel.nodes,
-                        resident_inputs={ref for value in kept_in for ref in value.inputs})
+                        resident_inputs=[value.inputs for value in kept_in])
 
 
 @register_kernel_adapter(EagerSession)

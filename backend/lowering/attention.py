@@ -184,8 +184,9 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
 
     stages = [load, scores, row_max, exp, transpose_p, evacuate_p,
               *([products, grad_scores, grads] if backward else [values, scale])]
-    sizes = _group_sizes(heads, per_head, len(stages), t.sbuf_usable_bytes)
-    in_flight = max(1, min(len(sizes), t.sbuf_usable_bytes // max(1, per_head * max(sizes))))
+    room = max(0, t.sbuf_usable_bytes - b.sbuf_reserved)      # what a fused kernel's residents leave
+    sizes = _group_sizes(heads, per_head, len(stages), room)
+    in_flight = max(1, min(len(sizes), room // max(1, per_head * max(sizes))))
     groups[:] = [{} for _ in sizes]
     software_pipeline(sizes, stages, groups, pipelined=in_flight >= min(len(sizes), len(stages)))
     for kk in range(len(ctx.outputs)):

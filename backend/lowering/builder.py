@@ -51,6 +51,9 @@ class Builder:
         self.target = target
         # Deps every new instruction takes (a fused op whose input was spilled to HBM waits for it).
         self.base_deps: tuple = ()
+        # SBUF bytes other values hold while the current op runs (a fused kernel's resident
+        # intermediates): the op's own plan gets what is left, and its peak counts them.
+        self.sbuf_reserved: int = 0
 
     def _add(self, ins: Instruction, reads: tuple = (), writes: tuple = ()) -> int:
         if self.base_deps:
@@ -110,7 +113,7 @@ class Builder:
 
     def note_sbuf(self, nbytes: int) -> None:
         info = self.program.info
-        info.sbuf_peak_bytes = max(info.sbuf_peak_bytes, int(nbytes))
+        info.sbuf_peak_bytes = max(info.sbuf_peak_bytes, int(nbytes) + self.sbuf_reserved)
 
     def note_psum(self, nbytes: int) -> None:
         info = self.program.info

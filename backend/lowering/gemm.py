@@ -99,14 +99,15 @@ def _unit_ns(target: NeuronConfig, **kw) -> float:
 
 
 @assumptions.cached(maxsize=4096)
-def plan_blocked_gemm(shape: TensorEngineGemm, target: NeuronConfig) -> BlockedGemmPlan:
-    """Choose tiles, SBUF blocks and loop order by estimated time within the SBUF budget."""
+def plan_blocked_gemm(shape: TensorEngineGemm, target: NeuronConfig, reserved_bytes: int = 0) -> BlockedGemmPlan:
+    """Choose tiles, SBUF blocks and loop order by estimated time within the SBUF budget: the
+    budget fraction of what ``reserved_bytes`` (values a fused kernel keeps resident) leave."""
     m_tiles, tm = _tiles(shape.m, target.stationary_free_max)
     k_tiles, tk = _tiles(shape.k, min(shape.k_tile or target.pe_rows, target.pe_rows))
     n_tiles, tn = _tiles(shape.n, target.moving_free_max)
     s, s_out = itemsize(shape.dtype), itemsize(shape.out_dtype)
     s_hbm = itemsize(shape.load_dtype or shape.dtype)
-    budget = assumptions.value("gemm.sbuf_budget_fraction") * target.sbuf_usable_bytes
+    budget = assumptions.value("gemm.sbuf_budget_fraction") * max(0, target.sbuf_usable_bytes - reserved_bytes)
     mm_ns = _unit_ns(target, engine="tensor", opcode="nc_matmul", free_size=tn, stationary_free=tm, dtype=shape.dtype)
     tr_ns = _unit_ns(target, engine="tensor", opcode="nc_transpose", free_size=tm, stationary_free=tk, dtype=shape.dtype)
     evac_ns = _unit_ns(target, engine="vector", opcode="tensor_tensor", free_size=tn, dtype="float32",

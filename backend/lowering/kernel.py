@@ -116,7 +116,7 @@ def _plan_residency(records: Sequence[OpRecord], links: Mapping, sizes: Mapping,
 def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronConfig = DEFAULT_NEURON_TARGET, *,
                  links: Mapping[Ref, Ref] | None = None, outputs: Collection[Ref] | None = None,
                  inputs_from: Sequence[Sequence] | None = None, outputs_to_hbm: Sequence[Sequence] | None = None,
-                 nodes: Sequence[str] = (), resident_inputs: Collection[Ref] = ()) -> Program:
+                 nodes: Sequence[str] = (), resident_inputs: Collection[Collection[Ref]] = ()) -> Program:
     """Lower a fused group of ops as one Program.
 
     links: ``{(consumer_pos, input_pos): (producer_pos, output_pos)}`` for every operand that
@@ -126,9 +126,12 @@ def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronCon
     inputs_from / outputs_to_hbm: the same, in the compile path's per-record form (for record j,
         input i comes from ``inputs_from[j][i]`` = (producer, k) or None; output k is stored
         when ``outputs_to_hbm[j][k]``); used when ``links`` / ``outputs`` are not given.
-    resident_inputs: ``(consumer_pos, input_pos)`` operands a previous kernel left in SBUF.
+    resident_inputs: the values a previous kernel left in SBUF, each as the
+        ``(consumer_pos, input_pos)`` operands that read it.
     """
     t = get_target(target)
+    handed_over = sum(records[refs[0][0]].inputs[refs[0][1]].nbytes for refs in resident_inputs if refs)
+    resident_inputs = {ref for refs in resident_inputs for ref in refs}
     if links is None and inputs_from:
         links = {(j, i): tuple(src) for j, srcs in enumerate(inputs_from) for i, src in enumerate(srcs)
                  if src is not None}
@@ -154,11 +157,15 @@ def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronCon
     resident, program.info.spill_bytes = _plan_residency(
         records, links, footprints, int(assumptions.value("kernel.resident_fraction") * t.sbuf_usable_bytes))
     b = _KernelBuilder(program, t)
+    last_use = {r: max((c for (c, _), p in links.items() if p == r), default=r[0]) for r in resident}
     ready: dict = {}            # producer output -> instruction ids after which it is available
     for j, rec in enumerate(records):
         src = [links.get((j, i)) for i in range(len(rec.inputs))]
         if rec.is_view:         # aliases cost nothing; links already point through them
             continue
+        # what stays resident while this op runs (the values handed over from the previous
+        # kernel: until this one is done) is not the op's to plan with
+        b.sbuf_reserved = handed_over + sum(footprints[r] for r in resident if r[0] <= j <= last_use[r])
         b.base_deps = tuple(d for s in src if s and s not in resident for d in ready.get(s, ())[-1:])
         in_ready = [ready.get(s) if s in resident else (_AT_START,) if (j, i) in resident_inputs else None
                     for i, s in enumerate(src)]
@@ -172,10 +179,6 @@ def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronCon
         last_id = (len(program.instructions) - 1,) if len(program.instructions) > before else ()
         for k in range(len(rec.outputs)):
             ready[(j, k)] = tuple(ctx.out_ready[k] or last_id)
-    b.base_deps = ()
-    resident_bytes = _peak(resident, footprints,
-                           {r: max((c for (c, _), p in links.items() if p == r), default=r[0]) for r in resident},
-                           len(records))
-    # values handed over from the previous kernel occupy SBUF until this one is done with them
-    program.info.sbuf_peak_bytes += resident_bytes + sum(records[j].inputs[i].nbytes for j, i in set(resident_inputs))
+    b.base_deps, b.sbuf_reserved = (), 0
+    b.note_sbuf(handed_over + _peak(resident, footprints, last_use, len(records)))
     return program

@@ -55,7 +55,7 @@ def gemm(ctx: OpContext, *, batch: int, m: int, k: int, n: int, a: int, b: int, 
                              load_dtype=in_dtype if dtype != in_dtype else None,
                              a_transposed=a_transposed, b_transposed=b_transposed, bias=bias_kind,
                              bias_dtype=ctx.inputs[bias].dtype if bias is not None else "float32", **extra)
-    emit_gemm(ctx, shape, plan_blocked_gemm(shape, ctx.target), a, b, bias if bias_kind != "none" else None, out)
+    emit_gemm(ctx, shape, plan_blocked_gemm(shape, ctx.target, ctx.builder.sbuf_reserved), a, b, bias if bias_kind != "none" else None, out)
     if bias_kind == "full":
         # beta * C arrives per output block: one more streamed operand, added during evacuation.
         c = ctx.inputs[bias]

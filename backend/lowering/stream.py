@@ -127,8 +127,12 @@ def stream(ctx: OpContext, *, tiles: int, partitions: int, stages: list[Stage], 
         store_ids.append(tuple(group_stores))
     for io in stores:
         ctx.set_ready(io.index, last_stage)
-    tile_bytes = sum(io.nbytes for io in per_tile) + sum(io.nbytes for io in stores)
-    b.note_sbuf(bufs * tile_bytes + sum(io.nbytes for io in loads if io.once) + extra_sbuf_bytes)
+    # operands already in SBUF and outputs that stay there are a fused kernel's residents, which
+    # it books itself: only the tiles this op brings in or sends out take buffers here
+    stored = [io for io in stores if io.index >= len(ctx.out_to_hbm) or ctx.out_to_hbm[io.index]]
+    tile_bytes = sum(io.nbytes for io in per_tile if not ctx.in_sbuf(io.index)) + sum(io.nbytes for io in stored)
+    once_bytes = sum(io.nbytes for io in loads if io.once and not ctx.in_sbuf(io.index))
+    b.note_sbuf(bufs * tile_bytes + once_bytes + extra_sbuf_bytes)
     return last_stage
 
 

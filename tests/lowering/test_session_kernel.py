@@ -133,3 +133,27 @@ def test_right_operand_of_a_matmul_stays_whole_and_spills_when_it_cannot():
     kernel = lower_kernel("k", right, "trn2", links={(1, 0): (0, 0), (1, 1): (0, 0), (2, 1): (1, 0)})
     whole = 8192 * 8192 * 2
     assert kernel.info.spill_bytes == whole * 2          # stored once, loaded once by the matmul
+
+
+def test_matmul_plans_its_blocks_in_what_the_kernels_residents_leave():
+    # exp's output (8 MiB) is the right operand of the matmul: it stays whole in SBUF, so the GEMM
+    # may only block in the rest; kernel and GEMM together stay within usable SBUF.
+    from backend.lowering.gemm import TensorEngineGemm, plan_blocked_gemm
+    from backend.sim import get_target
+    t = get_target("trn1")
+    x, y, out = T((2048, 2048), "bfloat16"), T((8192, 2048), "bfloat16"), T((8192, 2048), "bfloat16")
+    records = [OpRecord(0, "aten::exp", (x,), (x,), {}), OpRecord(1, "aten::mm", (y, x), (out,), {})]
+    resident = 2048 * 2048 * 2
+    alone = plan_blocked_gemm(TensorEngineGemm(batch=1, m=8192, k=2048, n=2048, dtype="bfloat16",
+                                               out_dtype="bfloat16", a_transposed=False, b_transposed=False), t)
+    assert alone.sbuf_bytes + resident > t.sbuf_usable_bytes        # the plan made alone would not fit
+    kernel = lower_kernel("k", records, t, links={(1, 1): (0, 0)})
+    assert kernel.info.spill_bytes == 0
+    assert resident < kernel.info.sbuf_peak_bytes <= t.sbuf_usable_bytes
+
+
+def test_a_value_handed_over_is_booked_once_however_many_ops_read_it():
+    h = T((2048, 2048), "bfloat16")                                  # 8 MiB
+    records = [OpRecord(0, "aten::mul", (h, h), (h,), {})]
+    kernel = lower_kernel("k", records, "trn1", resident_inputs=[((0, 0), (0, 1))])
+    assert h.nbytes <= kernel.info.sbuf_peak_bytes < 2 * h.nbytes

@@ -75,8 +75,8 @@ def _group_pack(groups: int, src_ch: int, dst_ch: int, rows: int, cols: int) -> 
     return max(1, min(groups, rows // src_ch, cols // dst_ch))
 
 
-def _gemm(shape: TensorEngineGemm, target, a: int, b: int, bias: int | None, out: int) -> Emitter:
-    plan = plan_blocked_gemm(shape, target)
+def _gemm(shape: TensorEngineGemm, ctx: OpContext, a: int, b: int, bias: int | None, out: int) -> Emitter:
+    plan = plan_blocked_gemm(shape, ctx.target, ctx.builder.sbuf_reserved)
     return lambda ctx: emit_gemm(ctx, shape, plan, a, b, bias, out)
 
 
@@ -105,7 +105,7 @@ def tensor_window(ctx: OpContext, p: WindowProduct) -> list[list[Emitter]]:
                                          b_reuse=max(1, round(tk * k_tiles * pixels / (copy_ch * share))),
                                          b_copies=max(1.0, copy_ch / rows / spread), min_blocks=min_blocks,
                                          **bias, **kinds)
-                options.append(_gemm(shape, t, p.weight, p.src, p.bias, p.out))
+                options.append(_gemm(shape, ctx, p.weight, p.src, p.bias, p.out))
         phases.append(options)
     return phases
 
