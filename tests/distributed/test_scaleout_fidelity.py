@@ -76,3 +76,16 @@ def test_decode_weights_are_laid_out_at_load_and_training_uses_linear_weights_tr
     qkv = lambda records: next(r for r in records if r.name == "aten::mm")      # noqa: E731
     assert qkv(decode).inputs[1].shape == (512, 384) and qkv(decode).inputs[1].strides == (384, 1)
     assert qkv(train).inputs[1].shape == (512, 384) and qkv(train).inputs[1].strides == (1, 512)
+
+
+def test_each_sequence_pays_its_share_of_the_zero1_exchange_on_trn1_or_trn1n_efa():
+    from benchmarks.fidelity.scaleout import _dp_gradient_ms, _with_dp_share
+    from backend.sim.sensitivity import TimeBand
+    step = _dp_gradient_ms(32, 32)
+    # fp32 shard of a TP32 rank: twice the bytes of bf16; trn1n's doubled EFA halves the time
+    assert _dp_gradient_ms(32, 32, 2) == pytest.approx(step / 2, rel=0.01)
+    band, share = _with_dp_share(TimeBand(500e6, 450e6, 550e6))
+    assert share == pytest.approx(step * 1e6 / 32)                  # 1024 sequences / DP32 per step
+    assert (band.nominal_ns, band.high_ns) == (500e6 + share, 550e6 + share)
+    assert band.low_ns == pytest.approx(450e6 + share / 2, rel=0.01)
+    assert band.effects[0].swing_ns == pytest.approx(share / 2, rel=0.01)

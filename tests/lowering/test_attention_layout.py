@@ -3,6 +3,8 @@ from backend.lowering import lower
 from backend.lowering.attention import head_run_bytes
 from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.scheduler import Simulator
+from backend.sim import get_target
+from math import ceil
 
 
 def _sdpa(heads: int, seq: int, causal: bool = False, queries: int | None = None, d: int = 64) -> OpRecord:
@@ -35,3 +37,23 @@ def test_decode_heads_against_a_long_cache_overlap():
         op = Simulator("trn1").run(lower(_sdpa(heads, 4160, queries=1, d=128), "trn1")).ops[0]
         return op.end_ns - op.start_ns
     assert elapsed(8) < 4 * elapsed(1)
+
+
+def test_long_causal_heads_walk_query_blocks_and_stay_within_sbuf():
+    """One head (the TP32 Llama shard) at 8,192 tokens: P for all its queries (8192 x 4160 bf16,
+    65 MiB) cannot sit in SBUF, so the head's queries go in blocks that pipeline; K and V are held
+    once for all of them."""
+    from backend.lowering.attention import _blocking
+    target_room = 22 * 2**20
+    # 64 tiles of queries; a head holds 4 MiB of K/V, 69 MiB of query-side bytes: the fewest blocks
+    # that hold a full 8-stage pipeline are 32 (8 x 2.2 MiB + 4 MiB)
+    plan = _blocking(1, 64, 8, target_room, 4 * 2**20, 69 * 2**20)
+    assert (plan.splits, plan.in_flight, len(plan.sizes)) == (32, 8, 32)
+    assert plan.sbuf_bytes(8) == 8 * ceil(69 * 2**20 / 32) + 4 * 2**20
+    # heads that fit whole are not split
+    assert _blocking(8, 4, 8, target_room, 2**20, 2**20).splits == 1
+    program = lower(_sdpa(1, 8192, causal=True, d=128), "trn1")
+    op = Simulator("trn1").run(program).ops[0]
+    busy = max(op.busy_ns.get(e, 0.0) for e in ("tensor", "vector", "scalar", "gpsimd"))
+    assert program.info.sbuf_peak_bytes <= get_target("trn1").sbuf_usable_bytes
+    assert op.end_ns - op.start_ns < 1.5 * busy

@@ -71,8 +71,13 @@ def test_software_pipeline_emits_stage_k_of_group_s_minus_k_newest_stage_first()
     software_pipeline([1, 1, 1], stages, [{}, {}, {}])
     assert order == [(0, 0), (0, 1), (1, 0), (0, 2), (1, 1), (2, 0), (1, 2), (2, 1), (2, 2)]
     order.clear()
-    software_pipeline([1, 1], stages, [{}, {}], pipelined=False)
+    software_pipeline([1, 1], stages, [{}, {}], depth=1)
     assert order == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    order.clear()       # three buffers for five stages: stages 0-1 and 2-3 run as one
+    stages = [lambda g, r, ids, k=k: order.append((g, k)) for k in range(5)]
+    software_pipeline([1, 1, 1], stages, [{}, {}, {}], depth=3)
+    assert order == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (0, 4), (1, 2), (1, 3), (2, 0), (2, 1),
+                     (1, 4), (2, 2), (2, 3), (2, 4)]
 
 
 def test_backward_lowers_with_every_group_finished():
