@@ -19,6 +19,8 @@ __all__ = ["TpuConfig", "v5e", "v5p", "v6e", "PRESETS", "get_tpu"]
 V5E = "cloud.google.com/tpu/docs/v5e (system architecture)"
 V5P = "cloud.google.com/tpu/docs/v5p (system architecture)"
 V6E = "docs.cloud.google.com/tpu/docs/v6e (system architecture)"
+_SPLASH = ("MaxText default (github.com/AI-Hypercomputer/maxtext MaxText/configs/base.yml, "
+           "splash attention)")
 _CLOCK_RULE = "derived: peak bf16 / (TensorCores x MXUs x MXU rows x cols x 2 FLOP per MAC)"
 
 
@@ -93,6 +95,23 @@ class TpuConfig(HardwareConfig):
         source=ASSUMPTION + ": fixed cost of one XLA fusion inside a compiled program (DMA setup "
                "and pipeline fill); there is no per-op host launch on the compiled path",
         help="fixed time every fusion (kernel) of the compiled program pays")
+
+    # -- attention kernel settings (the compiled program's, not the chip's) ----------------
+    attention_block_q: int = spec(
+        512, unit="rows", source=_SPLASH + " sa_block_q",
+        help="query rows of one splash-attention score block (forward)")
+    attention_block_kv: int = spec(
+        512, unit="cols", source=_SPLASH + " sa_block_kv",
+        help="key columns of one splash-attention score block (forward)")
+    attention_block_q_bwd: int = spec(
+        512, unit="rows", source=_SPLASH + " sa_block_q_dkv / sa_block_q_dq",
+        help="query rows of one score block in the backward kernels")
+    attention_block_kv_bwd: int = spec(
+        512, unit="cols", source=_SPLASH + " sa_block_kv_dkv / sa_block_kv_dq",
+        help="key columns of one score block in the backward kernels")
+    attention_fused_backward: bool = spec(
+        False, unit="", source=_SPLASH + " sa_use_fused_bwd_kernel",
+        help="one fused dq/dkv backward kernel (else a dkv and a dq kernel, each recomputing the scores)")
 
     def __post_init__(self) -> None:
         for f in fields(self):
