@@ -16,6 +16,8 @@ decoder-layer input and q/k/v/out projections offloaded to host, everything else
 produced its figure: ASSUMPTION that it is these. The host offload traffic itself is not costed:
 about 235 MB a layer each way for Llama-3.1-8B at SL=8192, ~3.7 ms over the 64 GB/s host link
 against ~20 ms of compute a layer, which XLA's async offload hides.
+Attention is costed as the recipes' splash-attention kernels (``backend.sim.tpu.attention``) at
+the block sizes each recipe sets (``RECIPE_KERNELS``); v6e's 256-wide MXU pads head_dim 128.
 The band varies the TPU preset's ASSUMPTION fields (``backend.sim.sensitivity``).
 """
 from __future__ import annotations

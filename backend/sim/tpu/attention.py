@@ -20,7 +20,8 @@ GEMM-equivalent count the other targets use in three ways, all modelled exactly 
   elementwise table every target shares (``exp`` = 4), at the chip's VPU rate; they do not shrink
   when the MXU gets faster.
 
-The MXU and VPU parts add up, as every fusion's do in ``cost.py``.
+The MXU and VPU parts add up, as every fusion's do in ``cost.py``, less the share of the softmax
+the preset's ``attention_softmax_exposed`` (an ASSUMPTION) lets hide under the MXU time.
 """
 from __future__ import annotations
 

@@ -19,7 +19,8 @@ after the product). The formulas, all exact:
   faster path for), the int8 peak for int8, and bf16 peak / ``fp32_matmul_passes`` for fp32.
   ``work_scale`` is FLOPs per GEMM-equivalent FLOP (2 for attention), as in the GPU model.
 - attention runs as splash attention (``attention.py``): the score blocks it does not skip, each
-  block's products padded on their own, and the online softmax on the VPU;
+  block's products padded on their own, and the online softmax on the VPU, of which the share
+  ``1 - attention_softmax_exposed`` hides under the kernel's MXU time (at most all of it);
 - every other op's FLOPs run on the VPU: ``vpu_ns = flops / vpu_flops_per_s``.
 - HBM: ``memory_ns = bytes / (hbm_bytes_per_s * max_hbm_efficiency)``.
 
@@ -116,8 +117,9 @@ def _compute(config: TpuConfig, record: OpRecord) -> tuple[float, float, int, in
         return 0.0, vpu_ns(config, flops), flops, 0, 0
     if is_attention(record):
         issued, softmax = attention_work(record, config, lambda shape: mxu_padded_flops(config, shape))
-        return (matmul_ns(config, issued, _record_dtype(record)), vpu_ns(config, softmax), flops, flops,
-                issued)
+        mxu, vpu = matmul_ns(config, issued, _record_dtype(record)), vpu_ns(config, softmax)
+        hidden = min((1 - config.attention_softmax_exposed) * vpu, mxu)   # never more than the MXU time
+        return mxu, vpu - hidden, flops, flops, issued
     shape = gemm_shape(record)
     # Without a known geometry the product is costed unpadded (conv backward, for one).
     padded = flops if shape is None else int(mxu_padded_flops(config, shape) * max(1.0, flops / shape.flops))

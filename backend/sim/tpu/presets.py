@@ -96,6 +96,11 @@ class TpuConfig(HardwareConfig):
                "and pipeline fill); there is no per-op host launch on the compiled path",
         help="fixed time every fusion (kernel) of the compiled program pays")
 
+    attention_softmax_exposed: float = spec(
+        1.0, unit="of softmax", plausible=(0.5, 1.0),
+        source=ASSUMPTION + ": the splash kernel's VPU softmax runs after its MXU products, as in every "
+               "fusion (1.0); the VLIW bundles can overlap part of it with the next block's products",
+        help="share of attention's VPU softmax time not hidden under its MXU work")
     # -- attention kernel settings (the compiled program's, not the chip's) ----------------
     attention_block_q: int = spec(
         512, unit="rows", source=_SPLASH + " sa_block_q",
@@ -118,9 +123,9 @@ class TpuConfig(HardwareConfig):
             value = getattr(self, f.name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
                 raise ValueError(f"TpuConfig.{f.name} must be positive, got {value!r}")
-        for knob in ("max_mxu_efficiency", "max_hbm_efficiency"):
+        for knob in ("max_mxu_efficiency", "max_hbm_efficiency", "attention_softmax_exposed"):
             if getattr(self, knob) > 1:
-                raise ValueError(f"TpuConfig.{knob} is a fraction of peak; got {getattr(self, knob)}")
+                raise ValueError(f"TpuConfig.{knob} is a fraction; got {getattr(self, knob)}")
 
     # -- derived figures ---------------------------------------------------------------------
     @property

@@ -72,3 +72,13 @@ def test_causal_attention_runs_fewer_blocks_than_full_attention():
     causal, full = (record_cost(v6e, _forward(4, 4096, 128, c)) for c in (True, False))
     assert causal.padded_flops == full.padded_flops * 36 // 64      # 512-blocks: 36 of 64 run
     assert causal.mxu_ns < full.mxu_ns and causal.vpu_ns < full.vpu_ns
+
+
+def test_softmax_hides_under_the_mxu_by_the_exposed_share_and_never_more_than_the_mxu_time():
+    record = _forward(heads=2, seq=8, head_dim=4)
+    half = derive(ROUND, name="half", attention_block_q=4, attention_block_kv=4, attention_softmax_exposed=0.5)
+    assert record_cost(half, record).vpu_ns == pytest.approx(0.736 / 2)
+    fast_mxu = derive(half, name="fast", bf16_flops_per_s=1e18)       # MXU time 3,145,728 / 5e8 ns
+    assert record_cost(fast_mxu, record).vpu_ns == pytest.approx(0.736 - 3_145_728 / 5e8)
+    with pytest.raises(ValueError, match="attention_softmax_exposed is a fraction"):
+        derive(ROUND, attention_softmax_exposed=1.5)
