@@ -21,6 +21,13 @@ V5P = "cloud.google.com/tpu/docs/v5p (system architecture)"
 V6E = "docs.cloud.google.com/tpu/docs/v6e (system architecture)"
 _SPLASH = ("MaxText default (github.com/AI-Hypercomputer/maxtext MaxText/configs/base.yml, "
            "splash attention)")
+
+
+def _splash_block(unit: str, keys: str, help: str):
+    """A splash-attention block size at MaxText's default, 512."""
+    return spec(512, unit=unit, source=f"{_SPLASH} {keys}", help=help)
+
+
 _CLOCK_RULE = "derived: peak bf16 / (TensorCores x MXUs x MXU rows x cols x 2 FLOP per MAC)"
 
 
@@ -102,18 +109,12 @@ class TpuConfig(HardwareConfig):
                "fusion (1.0); the VLIW bundles can overlap part of it with the next block's products",
         help="share of attention's VPU softmax time not hidden under its MXU work")
     # -- attention kernel settings (the compiled program's, not the chip's) ----------------
-    attention_block_q: int = spec(
-        512, unit="rows", source=_SPLASH + " sa_block_q",
-        help="query rows of one splash-attention score block (forward)")
-    attention_block_kv: int = spec(
-        512, unit="cols", source=_SPLASH + " sa_block_kv",
-        help="key columns of one splash-attention score block (forward)")
-    attention_block_q_bwd: int = spec(
-        512, unit="rows", source=_SPLASH + " sa_block_q_dkv / sa_block_q_dq",
-        help="query rows of one score block in the backward kernels")
-    attention_block_kv_bwd: int = spec(
-        512, unit="cols", source=_SPLASH + " sa_block_kv_dkv / sa_block_kv_dq",
-        help="key columns of one score block in the backward kernels")
+    attention_block_q: int = _splash_block("rows", "sa_block_q", "query rows of one score block (forward)")
+    attention_block_kv: int = _splash_block("cols", "sa_block_kv", "key columns of one score block (forward)")
+    attention_block_q_bwd: int = _splash_block("rows", "sa_block_q_dkv / sa_block_q_dq",
+                                               "query rows of one score block in the backward kernels")
+    attention_block_kv_bwd: int = _splash_block("cols", "sa_block_kv_dkv / sa_block_kv_dq",
+                                                "key columns of one score block in the backward kernels")
     attention_fused_backward: bool = spec(
         False, unit="", source=_SPLASH + " sa_use_fused_bwd_kernel",
         help="one fused dq/dkv backward kernel (else a dkv and a dq kernel, each recomputing the scores)")
