@@ -16,23 +16,37 @@ decoder-layer input and q/k/v/out projections offloaded to host, everything else
 produced its figure: ASSUMPTION that it is these. The host offload traffic itself is not costed:
 about 235 MB a layer each way for Llama-3.1-8B at SL=8192, ~3.7 ms over the 64 GB/s host link
 against ~20 ms of compute a layer, which XLA's async offload hides.
+Attention is costed as the recipes' splash-attention kernels (``backend.sim.tpu.attention``) at
+the block sizes each recipe sets (``RECIPE_KERNELS``); v6e's 256-wide MXU pads head_dim 128.
 The band varies the TPU preset's ASSUMPTION fields (``backend.sim.sensitivity``).
 """
 from __future__ import annotations
 
 from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.tpu import TpuSession, get_tpu
-from backend.sim.tpu.presets import v6e
+from backend.sim.tpu.presets import TpuConfig
 from benchmarks.op_streams import OpStream
 from benchmarks.fidelity.workloads import LLAMA_8B, REMAT_PARTS, lora_llama_step, per_layer_replay
 
-__all__ = ["tpu_rows", "full_llama_step", "tpu_ns", "LLAMA2_70B", "TIERING", "REMAT"]
+__all__ = ["tpu_rows", "full_llama_step", "tpu_ns", "LLAMA2_70B", "TIERING", "REMAT", "RECIPE_KERNELS"]
 
 TIERING = "github.com/AI-Hypercomputer/maxtext docs/reference/models/tiering.md (Trillium v6e, Gold)"
 LLAMA2_70B = {"layers": 80, "d": 8192, "heads": 64, "kv_heads": 8, "ffn": 28672, "vocab": 32000}
 # What each published recipe's remat policy recomputes (the parts of REMAT_PARTS it does not keep).
 REMAT = {"custom: decoder input + q/k/v/out proj offloaded": REMAT_PARTS - {"out_proj"},
          "qkv_proj_offloaded": REMAT_PARTS}
+RECIPES = "github.com/AI-Hypercomputer/maxtext benchmarks/maxtext_trillium_model_configs.py"
+# The splash-attention settings each recipe sets (the rest are MaxText's defaults, the preset's).
+RECIPE_KERNELS = {
+    "Llama-3.1-8B": TpuConfig.cited(
+        "v6e", **{f: (2048, f"{RECIPES} llama3_1_8b_8192: sa_block_{p} 2048") for f, p in (
+            ("attention_block_q", "q"), ("attention_block_kv", "kv"), ("attention_block_q_bwd", "q_dkv, q_dq"),
+            ("attention_block_kv_bwd", "kv_dkv, kv_dq"))},
+        attention_fused_backward=(True, f"{RECIPES} llama3_1_8b_8192: sa_use_fused_bwd_kernel True")),
+    "Llama-2-70B": TpuConfig.cited(
+        "v6e", attention_block_q=(1024, f"{RECIPES} llama2_70b_4096_optimized: sa_block_q 1024"),
+        attention_block_q_bwd=(2048, f"{RECIPES} llama2_70b_4096_optimized: sa_block_q_dkv, sa_block_q_dq 2048")),
+}
 
 
 def _base_weights(cfg: dict) -> list[tuple[int, int]]:
@@ -80,12 +94,14 @@ def tpu_rows() -> list:
         published_ns = seq / tokens_per_s * 1e9
         step = dict(recompute=REMAT[policy], **dims)
         run = per_layer_replay(full_llama_step(1, seq, **step), full_llama_step(2, seq, **step), layers, cost=tpu_ns)
-        rows.append(_timed(f"{name} training, one SL={seq} sequence per chip (v6e-256, bf16)", run, v6e,
+        rows.append(_timed(f"{name} training, one SL={seq} sequence per chip (v6e-256, bf16)", run,
+                           RECIPE_KERNELS[name],
                            published_ns,
                            f"{TIERING}: {tokens_per_s:,.0f} tokens/s/device, {mfu} MFU; published = SL / tokens/s; "
                            f"predicted: one chip, full step with the recipe's remat ({policy}: recomputes "
                            f"{', '.join(sorted(REMAT[policy]))}), FSDP collectives and host offload traffic "
-                           f"excluded, {layers} layers from 1 and 2; band over the TPU preset's assumptions"))
+                           f"excluded, splash attention at the recipe's block sizes, {layers} layers from 1 and 2; band "
+                           f"over the TPU preset's assumptions"))
     rows.append(Row("MaxText 32B-param model training (1x v5e-256, bf16)", None, None,
                     note="not run: MaxText's configs/v5e README publishes 132 TFLOP/s/chip (66.86% MFU) but no "
                          "stored page prints the 32B model's layers and widths, and its 256-chip step needs the "

@@ -55,3 +55,18 @@ def test_tpu_rows_carry_a_band_over_the_tpu_assumptions_only():
     assert llama8.band.low_ns < llama8.predicted_ns < llama8.band.high_ns
     assert all(e.knob.is_preset for e in llama8.band.effects)
     assert "max_mxu_efficiency" in llama8.note
+
+
+def test_rows_run_each_recipe_splash_blocks_with_cited_sources():
+    from benchmarks.fidelity.tpu import RECIPE_KERNELS
+
+    def kernel(name):
+        cfg = RECIPE_KERNELS[name]
+        return (cfg.attention_block_q, cfg.attention_block_kv, cfg.attention_block_q_bwd,
+                cfg.attention_block_kv_bwd, cfg.attention_fused_backward)
+
+    assert kernel("Llama-3.1-8B") == (2048, 2048, 2048, 2048, True)
+    assert kernel("Llama-2-70B") == (1024, 512, 2048, 512, False)      # kv blocks: MaxText's default
+    assert "llama3_1_8b_8192" in RECIPE_KERNELS["Llama-3.1-8B"].info("attention_fused_backward").source
+    assert "llama2_70b_4096_optimized" in RECIPE_KERNELS["Llama-2-70B"].info("attention_block_q").source
+    assert "base.yml" in RECIPE_KERNELS["Llama-2-70B"].info("attention_block_kv").source

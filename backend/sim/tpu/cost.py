@@ -18,6 +18,9 @@ after the product). The formulas, all exact:
   on v6e. ``rate`` is the bf16 peak for bf16/fp16 (and fp8, which none of these chips has a
   faster path for), the int8 peak for int8, and bf16 peak / ``fp32_matmul_passes`` for fp32.
   ``work_scale`` is FLOPs per GEMM-equivalent FLOP (2 for attention), as in the GPU model.
+- attention runs as splash attention (``attention.py``): the score blocks it does not skip, each
+  block's products padded on their own, and the online softmax on the VPU, of which the share
+  ``1 - attention_softmax_exposed`` hides under the kernel's MXU time (at most all of it);
 - every other op's FLOPs run on the VPU: ``vpu_ns = flops / vpu_flops_per_s``.
 - HBM: ``memory_ns = bytes / (hbm_bytes_per_s * max_hbm_efficiency)``.
 
@@ -36,6 +39,7 @@ from backend.sim.flops import is_matmul_like, op_flops
 from backend.sim.gpu.cost import _read_write_bytes, _record_dtype
 from backend.sim.gpu.shapes import gemm_shape
 from backend.sim.gpu.tiling import GemmShape
+from backend.sim.tpu.attention import attention_work, is_attention
 from backend.sim.tpu.presets import TpuConfig
 
 __all__ = ["FusionCost", "mxu_rate", "mxu_padded_flops", "matmul_ns", "vpu_ns", "hbm_ns",
@@ -111,6 +115,11 @@ def _compute(config: TpuConfig, record: OpRecord) -> tuple[float, float, int, in
     flops = op_flops(record)
     if not (flops and is_matmul_like(record.name)):
         return 0.0, vpu_ns(config, flops), flops, 0, 0
+    if is_attention(record):
+        issued, softmax = attention_work(record, config, lambda shape: mxu_padded_flops(config, shape))
+        mxu, vpu = matmul_ns(config, issued, _record_dtype(record)), vpu_ns(config, softmax)
+        hidden = min((1 - config.attention_softmax_exposed) * vpu, mxu)   # never more than the MXU time
+        return mxu, vpu - hidden, flops, flops, issued
     shape = gemm_shape(record)
     # Without a known geometry the product is costed unpadded (conv backward, for one).
     padded = flops if shape is None else int(mxu_padded_flops(config, shape) * max(1.0, flops / shape.flops))

@@ -19,6 +19,15 @@ __all__ = ["TpuConfig", "v5e", "v5p", "v6e", "PRESETS", "get_tpu"]
 V5E = "cloud.google.com/tpu/docs/v5e (system architecture)"
 V5P = "cloud.google.com/tpu/docs/v5p (system architecture)"
 V6E = "docs.cloud.google.com/tpu/docs/v6e (system architecture)"
+_SPLASH = ("MaxText default (github.com/AI-Hypercomputer/maxtext MaxText/configs/base.yml, "
+           "splash attention)")
+
+
+def _splash_block(unit: str, keys: str, help: str):
+    """A splash-attention block size at MaxText's default, 512."""
+    return spec(512, unit=unit, source=f"{_SPLASH} {keys}", help=help)
+
+
 _CLOCK_RULE = "derived: peak bf16 / (TensorCores x MXUs x MXU rows x cols x 2 FLOP per MAC)"
 
 
@@ -94,14 +103,30 @@ class TpuConfig(HardwareConfig):
                "and pipeline fill); there is no per-op host launch on the compiled path",
         help="fixed time every fusion (kernel) of the compiled program pays")
 
+    attention_softmax_exposed: float = spec(
+        1.0, unit="of softmax", plausible=(0.5, 1.0),
+        source=ASSUMPTION + ": the splash kernel's VPU softmax runs after its MXU products, as in every "
+               "fusion (1.0); the VLIW bundles can overlap part of it with the next block's products",
+        help="share of attention's VPU softmax time not hidden under its MXU work")
+    # -- attention kernel settings (the compiled program's, not the chip's) ----------------
+    attention_block_q: int = _splash_block("rows", "sa_block_q", "query rows of one score block (forward)")
+    attention_block_kv: int = _splash_block("cols", "sa_block_kv", "key columns of one score block (forward)")
+    attention_block_q_bwd: int = _splash_block("rows", "sa_block_q_dkv / sa_block_q_dq",
+                                               "query rows of one score block in the backward kernels")
+    attention_block_kv_bwd: int = _splash_block("cols", "sa_block_kv_dkv / sa_block_kv_dq",
+                                                "key columns of one score block in the backward kernels")
+    attention_fused_backward: bool = spec(
+        False, unit="", source=_SPLASH + " sa_use_fused_bwd_kernel",
+        help="one fused dq/dkv backward kernel (else a dkv and a dq kernel, each recomputing the scores)")
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
                 raise ValueError(f"TpuConfig.{f.name} must be positive, got {value!r}")
-        for knob in ("max_mxu_efficiency", "max_hbm_efficiency"):
+        for knob in ("max_mxu_efficiency", "max_hbm_efficiency", "attention_softmax_exposed"):
             if getattr(self, knob) > 1:
-                raise ValueError(f"TpuConfig.{knob} is a fraction of peak; got {getattr(self, knob)}")
+                raise ValueError(f"TpuConfig.{knob} is a fraction; got {getattr(self, knob)}")
 
     # -- derived figures ---------------------------------------------------------------------
     @property
