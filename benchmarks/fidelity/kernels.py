@@ -24,8 +24,8 @@ from backend.lowering.builder import Builder
 from backend.sim import OpRecord, Program, Simulator, TensorDesc, get_target
 from backend.sim.presets import NeuronConfig
 
-__all__ = ["MATMUL_SHAPE", "matmul_program", "matmul_ns", "tutorial_variant_ns", "TUTORIAL_VARIANTS",
-           "dma_program", "dma_ns"]
+__all__ = ["MATMUL_SHAPE", "matmul_program", "matmul_ns", "tutorial_variant_ns", "tutorial_variant_hbm_bytes",
+           "TUTORIAL_VARIANTS", "OPTIMISED_BLOCKS", "optimised_hbm_bytes", "dma_program", "dma_ns"]
 
 MATMUL_SHAPE = (4096, 8192, 8192)          # M, K, N
 _TILE_K, _TILE_M, _TILE_N = 128, 128, 512
@@ -98,11 +98,37 @@ TUTORIAL_VARIANTS: dict[str, Callable[[Builder, bool], int]] = {
 }
 
 
+def _variant_program(variant: str, target: NeuronConfig, prefetch: bool) -> tuple[Program, int]:
+    """One repetition of a simpler loop as instructions, and how many repetitions the kernel runs."""
+    program = Program(variant.replace(" ", "_"), "kernel")
+    return program, TUTORIAL_VARIANTS[variant](Builder(program, target), prefetch)
+
+
 def tutorial_variant_ns(variant: str, target: NeuronConfig, prefetch: bool) -> float:
     """Predicted ns of one of the tutorial's simpler loops (one buffer, or two with ``prefetch``)."""
-    program = Program(variant.replace(" ", "_"), "kernel")
-    repeats = TUTORIAL_VARIANTS[variant](Builder(program, target), prefetch)
+    program, repeats = _variant_program(variant, target, prefetch)
     return Simulator(target).run(program).total_time_ns * repeats
+
+
+def tutorial_variant_hbm_bytes(variant: str, target: NeuronConfig) -> int:
+    """HBM bytes a simpler loop reads and writes over the whole kernel (its loads and stores)."""
+    program, repeats = _variant_program(variant, target, False)
+    return repeats * sum(ins.traffic.get("hbm_read_bytes", 0) + ins.traffic.get("hbm_write_bytes", 0)
+                         for ins in program.instructions if ins.traffic)
+
+
+# nki_matmul_fully_optimized_'s default meta-parameters: tiles per block in M, N and K.
+OPTIMISED_BLOCKS = (16, 2, 8)
+
+
+def optimised_hbm_bytes() -> int:
+    """HBM bytes of the tutorial's fully optimised kernel as written (its blocking, not this
+    simulator's lowering): per N block and K block, the rhs block once and the lhsT block once per
+    M block; the result stored once."""
+    m, k, n = MATMUL_SHAPE
+    block_m, block_n, block_k = (t * s for t, s in zip(OPTIMISED_BLOCKS, (_TILE_M, _TILE_N, _TILE_K)))
+    per_k_block = block_k * block_n + (m // block_m) * block_k * block_m
+    return ((n // block_n) * (k // block_k) * per_k_block + m * n) * _BF16
 
 
 def dma_program(target: NeuronConfig) -> Program:
