@@ -52,16 +52,22 @@ def _evacuate_and_store(b: Builder, mm: int, tiles: int) -> None:
     b.dma(_TILE_M * _TILE_N * _BF16, src="sbuf", dst="hbm", row_bytes=_TILE_N * _BF16, deps=(ev,), repeat=tiles)
 
 
-def _lhs_tiles(b: Builder, count: int, deps=()) -> int:
+def _tiles(b: Builder, count: int, free: int, deps=()) -> tuple[int, ...]:
+    """``count`` tiles [128 K, free] of bf16, one transfer each as the tutorial's loops issue them
+    (one ``repeat``-ed instruction would hold its engines as one block, so a store that became
+    ready meanwhile would push the whole next block behind it)."""
+    return tuple(b.dma(_TILE_K * free * _BF16, src="hbm", dst="sbuf", row_bytes=free * _BF16, deps=deps)
+                 for _ in range(count))
+
+
+def _lhs_tiles(b: Builder, count: int, deps=()) -> tuple[int, ...]:
     """``count`` lhsT tiles [128 K, 128 M]: rows of 128 bf16 (256 B)."""
-    return b.dma(_TILE_K * _TILE_M * _BF16, src="hbm", dst="sbuf", row_bytes=_TILE_M * _BF16, deps=deps,
-                 repeat=count)
+    return _tiles(b, count, _TILE_M, deps)
 
 
-def _rhs_tiles(b: Builder, count: int, deps=()) -> int:
+def _rhs_tiles(b: Builder, count: int, deps=()) -> tuple[int, ...]:
     """``count`` rhs tiles [128 K, 512 N]: rows of 512 bf16 (1 KiB)."""
-    return b.dma(_TILE_K * _TILE_N * _BF16, src="hbm", dst="sbuf", row_bytes=_TILE_N * _BF16, deps=deps,
-                 repeat=count)
+    return _tiles(b, count, _TILE_N, deps)
 
 
 def _naive(b: Builder, prefetch: bool) -> int:
@@ -70,8 +76,8 @@ def _naive(b: Builder, prefetch: bool) -> int:
     mms: list[int] = []
     for _ in range(k // _TILE_K):
         wait = mms[-2:-1] if prefetch else mms[-1:]
-        lhs, rhs = _lhs_tiles(b, 1, wait), _rhs_tiles(b, 1, wait)
-        mms.append(b.matmul(k=_TILE_K, m=_TILE_M, n=_TILE_N, dtype="bfloat16", deps=(lhs, rhs)))
+        loads = _lhs_tiles(b, 1, wait) + _rhs_tiles(b, 1, wait)
+        mms.append(b.matmul(k=_TILE_K, m=_TILE_M, n=_TILE_N, dtype="bfloat16", deps=loads))
     _evacuate_and_store(b, mms[-1], 1)
     return (m // _TILE_M) * (n // _TILE_N)
 
@@ -85,7 +91,7 @@ def _blocked(b: Builder, prefetch: bool, tiles_m: int, tiles_n: int) -> int:
     for _ in range(n // (_TILE_N * tiles_n)):
         wait = mms[-2:-1] if prefetch else mms[-1:]
         rhs = _rhs_tiles(b, tiles_n * k_tiles, wait)
-        mms.append(b.matmul(k=_TILE_K, m=_TILE_M, n=_TILE_N, dtype="bfloat16", deps=(lhs, rhs),
+        mms.append(b.matmul(k=_TILE_K, m=_TILE_M, n=_TILE_N, dtype="bfloat16", deps=lhs + rhs,
                             repeat=tiles_m * tiles_n * k_tiles))
         _evacuate_and_store(b, mms[-1], tiles_m * tiles_n)
     return m // (_TILE_M * tiles_m)

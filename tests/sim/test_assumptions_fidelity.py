@@ -57,3 +57,17 @@ def test_tutorial_kernels_hbm_traffic_matches_their_loops():
 def test_tutorial_gap_note_states_the_published_rates():
     # the four published latencies over the traffic above: 103-106 GB/s (issue 12)
     assert table._tutorial_gap(get_target("trn1")).startswith("all four tutorial kernels run at 103-106 GB/s")
+
+
+def test_tutorial_loads_are_one_transfer_per_tile_so_stores_do_not_hold_the_next_block():
+    # hoisted loads: 64 lhsT tiles, then per N tile (16) 64 rhs tiles and one store, each its own transfer;
+    # with two buffers the next column's loads fill the engines around the store, so the bracket stays open
+    from benchmarks.fidelity import kernels
+    trn1 = get_target("trn1")
+    program = Program("hoisted", "kernel")
+    TUTORIAL_VARIANTS["hoisted loads"](Builder(program, trn1), True)
+    loads = [i for i in program.instructions if i.opcode == "dma_copy" and i.src == "hbm"]
+    assert (len(loads), {i.repeat for i in loads}) == (64 + 16 * 64, {1})
+    for variant in ("hoisted loads", "M/N blocking"):
+        two, one = (kernels.tutorial_variant_ns(variant, trn1, prefetch) for prefetch in (True, False))
+        assert two < 0.9 * one
