@@ -24,8 +24,8 @@ from backend.lowering.builder import Builder
 from backend.sim import OpRecord, Program, Simulator, TensorDesc, get_target
 from backend.sim.presets import NeuronConfig
 
-__all__ = ["MATMUL_SHAPE", "matmul_program", "matmul_ns", "tutorial_variant_ns", "TUTORIAL_VARIANTS",
-           "dma_program", "dma_ns"]
+__all__ = ["MATMUL_SHAPE", "matmul_program", "matmul_ns", "tutorial_variant_ns", "tutorial_variant_hbm_bytes",
+           "TUTORIAL_VARIANTS", "OPTIMISED_BLOCKS", "optimised_hbm_bytes", "dma_program", "dma_ns"]
 
 MATMUL_SHAPE = (4096, 8192, 8192)          # M, K, N
 _TILE_K, _TILE_M, _TILE_N = 128, 128, 512
@@ -52,16 +52,22 @@ def _evacuate_and_store(b: Builder, mm: int, tiles: int) -> None:
     b.dma(_TILE_M * _TILE_N * _BF16, src="sbuf", dst="hbm", row_bytes=_TILE_N * _BF16, deps=(ev,), repeat=tiles)
 
 
-def _lhs_tiles(b: Builder, count: int, deps=()) -> int:
+def _tiles(b: Builder, count: int, free: int, deps=()) -> tuple[int, ...]:
+    """``count`` tiles [128 K, free] of bf16, one transfer each as the tutorial's loops issue them
+    (one ``repeat``-ed instruction would hold its engines as one block, so a store that became
+    ready meanwhile would push the whole next block behind it)."""
+    return tuple(b.dma(_TILE_K * free * _BF16, src="hbm", dst="sbuf", row_bytes=free * _BF16, deps=deps)
+                 for _ in range(count))
+
+
+def _lhs_tiles(b: Builder, count: int, deps=()) -> tuple[int, ...]:
     """``count`` lhsT tiles [128 K, 128 M]: rows of 128 bf16 (256 B)."""
-    return b.dma(_TILE_K * _TILE_M * _BF16, src="hbm", dst="sbuf", row_bytes=_TILE_M * _BF16, deps=deps,
-                 repeat=count)
+    return _tiles(b, count, _TILE_M, deps)
 
 
-def _rhs_tiles(b: Builder, count: int, deps=()) -> int:
+def _rhs_tiles(b: Builder, count: int, deps=()) -> tuple[int, ...]:
     """``count`` rhs tiles [128 K, 512 N]: rows of 512 bf16 (1 KiB)."""
-    return b.dma(_TILE_K * _TILE_N * _BF16, src="hbm", dst="sbuf", row_bytes=_TILE_N * _BF16, deps=deps,
-                 repeat=count)
+    return _tiles(b, count, _TILE_N, deps)
 
 
 def _naive(b: Builder, prefetch: bool) -> int:
@@ -70,8 +76,8 @@ def _naive(b: Builder, prefetch: bool) -> int:
     mms: list[int] = []
     for _ in range(k // _TILE_K):
         wait = mms[-2:-1] if prefetch else mms[-1:]
-        lhs, rhs = _lhs_tiles(b, 1, wait), _rhs_tiles(b, 1, wait)
-        mms.append(b.matmul(k=_TILE_K, m=_TILE_M, n=_TILE_N, dtype="bfloat16", deps=(lhs, rhs)))
+        loads = _lhs_tiles(b, 1, wait) + _rhs_tiles(b, 1, wait)
+        mms.append(b.matmul(k=_TILE_K, m=_TILE_M, n=_TILE_N, dtype="bfloat16", deps=loads))
     _evacuate_and_store(b, mms[-1], 1)
     return (m // _TILE_M) * (n // _TILE_N)
 
@@ -85,7 +91,7 @@ def _blocked(b: Builder, prefetch: bool, tiles_m: int, tiles_n: int) -> int:
     for _ in range(n // (_TILE_N * tiles_n)):
         wait = mms[-2:-1] if prefetch else mms[-1:]
         rhs = _rhs_tiles(b, tiles_n * k_tiles, wait)
-        mms.append(b.matmul(k=_TILE_K, m=_TILE_M, n=_TILE_N, dtype="bfloat16", deps=(lhs, rhs),
+        mms.append(b.matmul(k=_TILE_K, m=_TILE_M, n=_TILE_N, dtype="bfloat16", deps=lhs + rhs,
                             repeat=tiles_m * tiles_n * k_tiles))
         _evacuate_and_store(b, mms[-1], tiles_m * tiles_n)
     return m // (_TILE_M * tiles_m)
@@ -98,11 +104,37 @@ TUTORIAL_VARIANTS: dict[str, Callable[[Builder, bool], int]] = {
 }
 
 
+def _variant_program(variant: str, target: NeuronConfig, prefetch: bool) -> tuple[Program, int]:
+    """One repetition of a simpler loop as instructions, and how many repetitions the kernel runs."""
+    program = Program(variant.replace(" ", "_"), "kernel")
+    return program, TUTORIAL_VARIANTS[variant](Builder(program, target), prefetch)
+
+
 def tutorial_variant_ns(variant: str, target: NeuronConfig, prefetch: bool) -> float:
     """Predicted ns of one of the tutorial's simpler loops (one buffer, or two with ``prefetch``)."""
-    program = Program(variant.replace(" ", "_"), "kernel")
-    repeats = TUTORIAL_VARIANTS[variant](Builder(program, target), prefetch)
+    program, repeats = _variant_program(variant, target, prefetch)
     return Simulator(target).run(program).total_time_ns * repeats
+
+
+def tutorial_variant_hbm_bytes(variant: str, target: NeuronConfig) -> int:
+    """HBM bytes a simpler loop reads and writes over the whole kernel (its loads and stores)."""
+    program, repeats = _variant_program(variant, target, False)
+    return repeats * sum(ins.traffic.get("hbm_read_bytes", 0) + ins.traffic.get("hbm_write_bytes", 0)
+                         for ins in program.instructions if ins.traffic)
+
+
+# nki_matmul_fully_optimized_'s default meta-parameters: tiles per block in M, N and K.
+OPTIMISED_BLOCKS = (16, 2, 8)
+
+
+def optimised_hbm_bytes() -> int:
+    """HBM bytes of the tutorial's fully optimised kernel as written (its blocking, not this
+    simulator's lowering): per N block and K block, the rhs block once and the lhsT block once per
+    M block; the result stored once."""
+    m, k, n = MATMUL_SHAPE
+    block_m, block_n, block_k = (t * s for t, s in zip(OPTIMISED_BLOCKS, (_TILE_M, _TILE_N, _TILE_K)))
+    per_k_block = block_k * block_n + (m // block_m) * block_k * block_m
+    return ((n // block_n) * (k // block_k) * per_k_block + m * n) * _BF16
 
 
 def dma_program(target: NeuronConfig) -> Program:

@@ -37,3 +37,37 @@ def test_tutorial_variants_simulate_one_outer_iteration():
     assert repeats == {"naive tiled": 512, "hoisted loads": 32, "M/N blocking": 16}
     matmuls = sum(i.repeat for i in program.instructions if i.opcode == "nc_matmul")
     assert matmuls * repeats["M/N blocking"] == 32 * 16 * 64          # every [128 x 512] tile, all 64 K steps
+
+
+def test_tutorial_kernels_hbm_traffic_matches_their_loops():
+    # naive: per output tile (512) and K step (64), a [128, 128] lhsT and a [128, 512] rhs tile;
+    # hoisted: per M tile (32) its lhsT column once and the whole rhs; M/N: per 2-tile M block (16);
+    # every variant stores the [4096, 8192] result once. bf16 throughout.
+    from benchmarks.fidelity import kernels
+    trn1, kib, result = get_target("trn1"), 1024, 4096 * 8192 * 2
+    traffic = {name: kernels.tutorial_variant_hbm_bytes(name, trn1) for name in TUTORIAL_VARIANTS}
+    assert traffic == {"naive tiled": 512 * 64 * (32 + 128) * kib + result,
+                       "hoisted loads": 32 * (64 * 32 + 16 * 64 * 128) * kib + result,
+                       "M/N blocking": 16 * (2 * 64 * 32 + 8 * 2 * 64 * 128) * kib + result}
+    # fully optimised (16/2/8 tiles per block): per N block (8) and K block (8), a 2 MiB rhs block
+    # and two 4 MiB lhsT blocks
+    assert kernels.optimised_hbm_bytes() == 8 * 8 * (2 + 2 * 4) * 2**20 + result
+
+
+def test_tutorial_gap_note_states_the_published_rates():
+    # the four published latencies over the traffic above: 103-106 GB/s (issue 12)
+    assert table._tutorial_gap(get_target("trn1")).startswith("all four tutorial kernels run at 103-106 GB/s")
+
+
+def test_tutorial_loads_are_one_transfer_per_tile_so_stores_do_not_hold_the_next_block():
+    # hoisted loads: 64 lhsT tiles, then per N tile (16) 64 rhs tiles and one store, each its own transfer;
+    # with two buffers the next column's loads fill the engines around the store, so the bracket stays open
+    from benchmarks.fidelity import kernels
+    trn1 = get_target("trn1")
+    program = Program("hoisted", "kernel")
+    TUTORIAL_VARIANTS["hoisted loads"](Builder(program, trn1), True)
+    loads = [i for i in program.instructions if i.opcode == "dma_copy" and i.src == "hbm"]
+    assert (len(loads), {i.repeat for i in loads}) == (64 + 16 * 64, {1})
+    for variant in ("hoisted loads", "M/N blocking"):
+        two, one = (kernels.tutorial_variant_ns(variant, trn1, prefetch) for prefetch in (True, False))
+        assert two < 0.9 * one
