@@ -13,10 +13,11 @@ from collections.abc import Callable
 from math import prod
 
 from backend.sim.descriptors import OpRecord, TensorDesc
+from backend.sim.list_ops import inplace_list_tensors
 from backend.sim.registry import Registry
 
 __all__ = [
-    "flop_formula", "op_flops", "is_matmul_like", "op_min_bytes", "base_name",
+    "flop_formula", "op_flops", "is_matmul_like", "op_min_bytes", "op_read_write_bytes", "base_name",
     "registered_flop_ops", "storage_bytes", "ELEMENTWISE_FLOPS_PER_ELEMENT", "pool_window", "spatial_rank",
 ]
 
@@ -72,6 +73,21 @@ def op_min_bytes(record: OpRecord) -> int:
     if record.is_view:
         return 0
     return sum(storage_bytes(t) for t in record.inputs) + sum(storage_bytes(t) for t in record.outputs)
+
+
+def op_read_write_bytes(record: OpRecord) -> tuple[int, int]:
+    """(bytes read, bytes written) of an op: inputs read once, outputs written once.
+
+    An in-place list op (``_foreach_add_``, ``_fused_adamw_``) lists no outputs: it writes the
+    lists it updates (self; AdamW's params, exp_avgs and exp_avg_sqs) and reads only its tensor
+    lists (``backend.sim.list_ops``). A single-tensor in-place op (``add_``) lists self as its
+    output, so the general rule already counts its write.
+    """
+    if record.is_view:
+        return 0, 0
+    in_place = inplace_list_tensors(record)
+    read, written = in_place if in_place is not None else (record.inputs, record.outputs)
+    return sum(storage_bytes(t) for t in read), sum(storage_bytes(t) for t in written)
 
 
 # -- matrix multiplies -------------------------------------------------------------------

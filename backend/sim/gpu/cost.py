@@ -15,15 +15,15 @@ Memory time comes from L2 for kernels whose traffic fits there, from HBM otherwi
 - everything else runs on CUDA cores at max_compute_efficiency x the fp32 (fp64) peak, which
   almost never matters: such ops are memory-bound.
 
-FLOPs and minimum HBM bytes come from ``backend.sim.flops`` so that the GPU and the
-NeuronCore count the same work.
+FLOPs and HBM bytes read and written come from ``backend.sim.flops`` so that the GPU and the
+NeuronCore count the same work (in-place list ops such as ``_fused_adamw_`` included).
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
-from backend.sim.flops import is_matmul_like, op_flops, op_min_bytes, storage_bytes
+from backend.sim.flops import is_matmul_like, op_flops, op_read_write_bytes
 from backend.sim.descriptors import DTYPE_BYTES, OpRecord
 from backend.sim.gpu.presets import GpuConfig
 from backend.sim.gpu.shapes import gemm_shape
@@ -152,9 +152,7 @@ def _record_dtype(record: OpRecord) -> str:
     return max(floating, key=lambda t: t.numel).dtype if floating else tensors[0].dtype
 
 
-def _read_write_bytes(record: OpRecord) -> tuple[int, int]:
-    read = sum(storage_bytes(t) for t in record.inputs)
-    return read, op_min_bytes(record) - read
+_read_write_bytes = op_read_write_bytes      # the TPU cost model imports it under this name
 
 
 def record_cost(config: GpuConfig, record: OpRecord, launch_ns: float) -> KernelCost:

@@ -106,3 +106,19 @@ def test_4096_cube_matmul_on_the_stock_chips():
         assert cost.mxu_ns == pytest.approx(flops / (chip.bf16_flops_per_s * chip.max_mxu_efficiency) * 1e9)
         assert cost.total_ns == pytest.approx(chip.fusion_overhead_ns + cost.mxu_ns)
         assert cost.bound == "compute"
+
+
+def test_fused_adamw_writes_params_and_both_moments():
+    # 2 params of [4, 8] and [8] fp32: 160 bytes per list; reads p, g, m, v, writes p, m, v
+    params = [T(4, 8, dtype="float32"), T(8, dtype="float32")]
+    record = rec("aten::_fused_adamw_", params * 4 + [T(dtype="float32")] * 2, [],
+                 attrs={"lr": 1e-3, "amsgrad": False})
+    cost = record_cost(ROUND, record)
+    assert (cost.hbm_read_bytes, cost.hbm_write_bytes) == (640, 480)
+    assert cost.memory_ns == pytest.approx(1120 / 500)
+
+
+def test_foreach_add_list_overload_writes_self():
+    params = [T(4, 8, dtype="float32"), T(8, dtype="float32")]
+    cost = record_cost(ROUND, rec("aten::_foreach_add_", params * 2, []))
+    assert (cost.hbm_read_bytes, cost.hbm_write_bytes) == (320, 160)
