@@ -17,6 +17,12 @@ def test_full_step_adds_one_weight_gradient_per_linear_and_adamw():
     assert tpu_ns(full, "v6e") > tpu_ns(lora, "v6e") > 0
 
 
+def test_each_chip_updates_only_its_fsdp_shard():
+    whole, shard = (full_llama_step(1, seq=64, fsdp=n)[-1] for n in (1, 256))
+    assert whole.inputs[0].shape == (4096, 4096) and shard.inputs[0].shape == (16, 4096)    # q_proj
+    assert shard.inputs[7].shape == (-(-128256 // 256), 4096)                               # LM head rows
+
+
 def test_rows_cite_published_throughput_as_time_per_sequence():
     rows = tpu_rows()
     assert [r.predicted_ns is None for r in rows] == [False, False, True]
