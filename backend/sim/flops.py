@@ -65,14 +65,12 @@ def storage_bytes(desc: TensorDesc) -> int:
 
 
 def op_min_bytes(record: OpRecord) -> int:
-    """Lower bound on memory traffic: every input read once plus every output written once.
+    """Lower bound on memory traffic: what ``op_read_write_bytes`` reads plus what it writes.
 
     Views move nothing. An in-place op's output is its first input; it still costs a read and
     a write, so nothing is deduplicated.
     """
-    if record.is_view:
-        return 0
-    return sum(storage_bytes(t) for t in record.inputs) + sum(storage_bytes(t) for t in record.outputs)
+    return sum(op_read_write_bytes(record))
 
 
 def op_read_write_bytes(record: OpRecord) -> tuple[int, int]:

@@ -73,3 +73,10 @@ def test_every_op_with_a_list_arity_has_a_lowering():
     from backend.sim.list_ops import FOREACH_LIST_ARITY
 
     assert set(FOREACH_LIST_ARITY) <= set(FOREACH_ALU)
+
+
+def test_min_bytes_counts_the_lists_an_in_place_op_writes():
+    # the compile path's fused-kernel savings and host fallbacks use the same count
+    from backend.sim.flops import op_min_bytes, op_read_write_bytes
+    record = adamw()
+    assert op_min_bytes(record) == sum(op_read_write_bytes(record)) == 640 + 480
