@@ -30,7 +30,7 @@ ops never do: each op's loads wait for the op before it.
 from __future__ import annotations
 
 import logging
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from operator import attrgetter
@@ -68,6 +68,32 @@ class _Timeline:
     def reserve(self, begin: float, duration: float, at: int) -> None:
         self.starts.insert(at, begin)
         self.ends.insert(at, begin + duration)
+
+    def fill(self, ready: float, unit: float, count: int) -> list[tuple[float, float]]:
+        """Pieces ``(begin, end)`` holding ``count`` back-to-back transfers of ``unit`` ns from
+        ``ready`` on, each transfer unbroken but the run taking the gaps it finds: a queue's
+        transfers interleave with other queues' on the same engine."""
+        pieces, left, t = [], count, ready
+        i = bisect_right(self.ends, ready)
+        n = len(self.starts)
+        while left:
+            while i < n and self.starts[i] <= t:
+                t = max(t, self.ends[i])
+                i += 1
+            fits = left if i == n else min(left, int((self.starts[i] - t) / unit + 1e-9))
+            if fits:
+                pieces.append((t, t + fits * unit))
+                left -= fits
+            if left:
+                t = self.ends[i]
+                i += 1
+        return pieces
+
+    def reserve_pieces(self, pieces: list[tuple[float, float]]) -> None:
+        for begin, end in pieces:
+            at = bisect_left(self.starts, begin)
+            self.starts.insert(at, begin)
+            self.ends.insert(at, end)
 
     def forget_before(self, ns: float) -> None:
         """Drop intervals that end by ``ns`` (nothing placed later can use them)."""
@@ -323,6 +349,23 @@ class Simulator:
         # Hot path (every DMA scans all 16 engines): an engine whose last transfer ends by the
         # trigger is idle from then on, so its slot is (trigger, append at the end) without a
         # gap search. Flat (begin, at, q) tuples sort exactly like ((begin, at), q).
+        per_engine_bytes = ins.nbytes * ins.repeat // k
+        names, add_event, opcode = self._dma_names, events.append, ins.opcode
+        end = ready
+        if ins.repeat > 1 and duration == unit_ns * ins.repeat and unit_ns > 0:
+            # a run of transfers in one queue: each engine's share takes the gaps it finds
+            runs = sorted((pieces[-1][1], q, pieces) for q, pieces in
+                          ((q, line.fill(trigger, unit_ns, ins.repeat)) for q, line in enumerate(lines)))
+            for finish, q, pieces in runs[:k]:
+                lines[q].reserve_pieces(pieces)
+                end = max(end, finish)
+                busy = moved = 0    # whole bytes per piece, summing to the engine's share
+                for begin, stop in pieces:
+                    busy += stop - begin
+                    share = round(per_engine_bytes * busy / duration) - moved
+                    moved += share
+                    add_event((begin, stop, names[q], opcode, share, 0))
+            return end
         slots = []
         for q, line in enumerate(lines):
             ends = line.ends
@@ -331,9 +374,6 @@ class Simulator:
             else:
                 slots.append((*line.earliest(trigger, duration), q))
         slots.sort()
-        per_engine_bytes = ins.nbytes * ins.repeat // k
-        names, add_event, opcode = self._dma_names, events.append, ins.opcode
-        end = ready
         for begin, at, q in slots[:k]:
             lines[q].reserve(begin, duration, at)
             finish = begin + duration

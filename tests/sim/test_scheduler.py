@@ -196,3 +196,18 @@ def test_compiled_kernel_prefetches_its_loads_while_the_previous_kernel_computes
     assert _kernel_pair("kernel", prefetch_bytes=0).total_time_ns == pytest.approx(serial)
     full = TRN2.sbuf_usable_bytes - 1024
     assert _kernel_pair("kernel", prefetch_bytes=32768, producer_sbuf=full).total_time_ns == pytest.approx(serial)
+
+
+def test_a_run_of_transfers_takes_the_gaps_around_a_transfer_placed_earlier():
+    """Ten queued 32 KiB loads meet a store already placed on every engine: they run before and
+    after it, each load unbroken, instead of all waiting for it."""
+    long = Instruction("vector", "tensor_copy", free_size=20000)
+    store = Instruction("dma", "dma_copy", nbytes=32768 * 16, descriptors=64, dma_engines=16, src="sbuf",
+                        dst="hbm", deps=(0,))
+    trace = run(TRN2, long, store, dma32k(repeat=10))
+    dma0 = sorted((e for e in trace.events if e.engine == "dma0"), key=lambda e: e.start_ns)
+    before, stored, after = dma0
+    assert stored.bytes_moved == 32768 and before.end_ns <= stored.start_ns and after.start_ns == stored.end_ns
+    assert (before.end_ns - before.start_ns) + (after.end_ns - after.start_ns) == pytest.approx(10 * DMA32K)
+    assert before.bytes_moved + after.bytes_moved == 10 * 32768
+    assert (before.end_ns - before.start_ns) == pytest.approx(7 * DMA32K)     # whole transfers fit before it
