@@ -104,8 +104,7 @@ def _blocking(heads: int, q_tiles: int, stages: int, room: int, head_bytes: int,
         in_flight = 1
         while in_flight < len(fit.sizes) and fit.sbuf_bytes(in_flight + 1) <= room:
             in_flight += 1
-        key = (fit.sbuf_bytes(1) <= room, min(in_flight, stages, len(fit.sizes)) == min(stages, len(fit.sizes)),
-               min(in_flight, stages))
+        key = (fit.sbuf_bytes(1) <= room, in_flight >= min(stages, len(fit.sizes)), min(in_flight, stages))
         if best_key is None or key > best_key:
             best, best_key = _Blocking(heads, splits, fit.sizes, in_flight, unit, head_bytes), key
         if best_key[:2] == (True, True) or splits >= q_tiles:

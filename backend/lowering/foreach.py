@@ -15,7 +15,8 @@ from backend.lowering.builder import OpContext
 from backend.lowering.registry import lowering
 from backend.lowering.stream import TileIO, elementwise_tiling, scalar_stage, stream, vector_stage
 from backend.sim.descriptors import TensorDesc
-from backend.sim.list_ops import FUSED_OPTIMIZER_LISTS, foreach_lists, foreach_op, fused_optimizer_lists
+from backend.sim.list_ops import (FUSED_OPTIMIZER_LISTS, foreach_lists, foreach_op, foreach_read_lists,
+                                  fused_optimizer_lists)
 
 __all__ = ["foreach_lists", "FOREACH_ALU", "FOREACH_ACTIVATIONS"]
 
@@ -65,7 +66,7 @@ def _stream_lists(ctx: OpContext, n: int, read: int, written: tuple, stages_for)
 def _foreach(ctx: OpContext) -> None:
     op = foreach_op(ctx.record.name)
     n, lists = foreach_lists(ctx.record.name, ctx.inputs, ctx.outputs, ctx.attrs)
-    read = 0 if op == "zero" else lists
+    read = foreach_read_lists(op, lists)
 
     def stages(free, dtype, read):
         if op in FOREACH_ACTIVATIONS:

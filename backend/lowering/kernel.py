@@ -96,9 +96,10 @@ def _footprints(records: Sequence[OpRecord], links: Mapping, t: NeuronConfig) ->
     return sizes
 
 
-def _plan_residency(records: Sequence[OpRecord], links: Mapping, sizes: Mapping, budget: int) -> tuple[set, int]:
-    """Intermediates kept in SBUF (``sizes``: their footprints), and the bytes spilled (the
-    whole tensor stored, plus one load per consumer)."""
+def _plan_residency(records: Sequence[OpRecord], links: Mapping, sizes: Mapping,
+                    budget: int) -> tuple[set, int, dict]:
+    """Intermediates kept in SBUF (``sizes``: their footprints), the bytes spilled (the whole
+    tensor stored, plus one load per consumer), and each intermediate's last consumer."""
     last_use: dict = {}
     consumers: dict = {}
     for (c, _), p in links.items():
@@ -110,7 +111,7 @@ def _plan_residency(records: Sequence[OpRecord], links: Mapping, sizes: Mapping,
         victim = max(resident, key=lambda r: (sizes[r], r))
         resident.discard(victim)
         spill += records[victim[0]].outputs[victim[1]].nbytes * (1 + consumers[victim])
-    return resident, spill
+    return resident, spill, last_use
 
 
 def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronConfig = DEFAULT_NEURON_TARGET, *,
@@ -154,10 +155,9 @@ def lower_kernel(name: str, records: Sequence[OpRecord], target: str | NeuronCon
                                               for j, k in sorted(escaping)),
                       source=next((r.source for r in records if r.source), None))
     footprints = _footprints(records, links, t)
-    resident, program.info.spill_bytes = _plan_residency(
+    resident, program.info.spill_bytes, last_use = _plan_residency(
         records, links, footprints, int(assumptions.value("kernel.resident_fraction") * t.sbuf_usable_bytes))
     b = _KernelBuilder(program, t)
-    last_use = {r: max((c for (c, _), p in links.items() if p == r), default=r[0]) for r in resident}
     ready: dict = {}            # producer output -> instruction ids after which it is available
     for j, rec in enumerate(records):
         src = [links.get((j, i)) for i in range(len(rec.inputs))]

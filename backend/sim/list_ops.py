@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from backend.sim.descriptors import OpRecord, TensorDesc
 
 __all__ = ["FOREACH_LIST_ARITY", "FUSED_OPTIMIZER_LISTS", "FusedLists", "foreach_op", "foreach_lists",
-           "fused_optimizer_lists", "inplace_list_tensors"]
+           "foreach_read_lists", "fused_optimizer_lists", "inplace_list_tensors"]
 
 # tensor lists of the List overload of each binary/ternary ``_foreach_`` op; others have one list
 FOREACH_LIST_ARITY = {
@@ -82,6 +82,11 @@ def foreach_lists(name: str, inputs: tuple, outputs: tuple, attrs: dict) -> tupl
     return max(1, (total - 1) // lists), lists
 
 
+def foreach_read_lists(op: str, lists: int) -> int:
+    """Lists a ``_foreach_<op>`` streams in: all of them, but ``zero`` only writes."""
+    return 0 if op == "zero" else lists
+
+
 def fused_optimizer_lists(name: str, attrs: dict) -> FusedLists:
     """The lists a fused optimizer record reads and writes, for its variant (amsgrad, momentum)."""
     plain = FUSED_OPTIMIZER_LISTS[name.split("::")[-1]]
@@ -104,7 +109,7 @@ def inplace_list_tensors(record: OpRecord) -> tuple[tuple[TensorDesc, ...], tupl
         read, written = range(fused.read), fused.written
     elif op.startswith("_foreach_") and op.endswith("_"):
         n, lists = foreach_lists(record.name, record.inputs, record.outputs, record.attrs)
-        read, written = range(0 if foreach_op(op) == "zero" else lists), (0,)
+        read, written = range(foreach_read_lists(foreach_op(op), lists)), (0,)
     else:
         return None
 

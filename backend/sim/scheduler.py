@@ -346,14 +346,12 @@ class Simulator:
             issuers[queue].reserve(begin, issuing, at)
             trigger = max(trigger, begin + issue_ns)
             duration = max(duration, unit_ns + issue_ns * (ins.repeat - 1))
-        # Hot path (every DMA scans all 16 engines): an engine whose last transfer ends by the
-        # trigger is idle from then on, so its slot is (trigger, append at the end) without a
-        # gap search. Flat (begin, at, q) tuples sort exactly like ((begin, at), q).
         per_engine_bytes = ins.nbytes * ins.repeat // k
         names, add_event, opcode = self._dma_names, events.append, ins.opcode
         end = ready
-        if ins.repeat > 1 and duration == unit_ns * ins.repeat and unit_ns > 0:
-            # a run of transfers in one queue: each engine's share takes the gaps it finds
+        # A run of transfers in one queue takes the gaps each engine has, unless issuing paces
+        # it (one transfer per issue, spaced out: one slot of the issuing time models that).
+        if ins.repeat > 1 and unit_ns > 0 and unit_ns >= issue_ns:
             runs = sorted((pieces[-1][1], q, pieces) for q, pieces in
                           ((q, line.fill(trigger, unit_ns, ins.repeat)) for q, line in enumerate(lines)))
             for finish, q, pieces in runs[:k]:
@@ -366,6 +364,9 @@ class Simulator:
                     moved += share
                     add_event((begin, stop, names[q], opcode, share, 0))
             return end
+        # Hot path (every DMA scans all 16 engines): an engine whose last transfer ends by the
+        # trigger is idle from then on, so its slot is (trigger, append at the end) without a
+        # gap search. Flat (begin, at, q) tuples sort exactly like ((begin, at), q).
         slots = []
         for q, line in enumerate(lines):
             ends = line.ends

@@ -54,8 +54,7 @@ def _evacuate_and_store(b: Builder, mm: int, tiles: int) -> None:
 
 def _tiles(b: Builder, count: int, free: int, deps=()) -> tuple[int, ...]:
     """``count`` tiles [128 K, free] of bf16, one transfer each as the tutorial's loops issue them
-    (one ``repeat``-ed instruction would hold its engines as one block, so a store that became
-    ready meanwhile would push the whole next block behind it)."""
+    (one ``nl.load`` per tile)."""
     return tuple(b.dma(_TILE_K * free * _BF16, src="hbm", dst="sbuf", row_bytes=free * _BF16, deps=deps)
                  for _ in range(count))
 

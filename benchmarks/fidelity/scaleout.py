@@ -261,6 +261,7 @@ def _dominant(band: TimeBand) -> str:
 # micro-batch 1, global batch 1024, DP 32, ZeRO-1, "Autocast:BF16+FP32Optimizer" on
 # "trn1.32xlarge/trn1n.32xlarge" (800 or 1600 Gbps EFA: which one is not said, so both bound the band).
 GLOBAL_BATCH, MICRO_BATCH, DP = 1024, 1, 32
+MICRO_BATCHES_PER_STEP = GLOBAL_BATCH // (DP * MICRO_BATCH)      # per DP replica: 32
 _GRAD_BYTES = 4         # autocast keeps fp32 parameters, so gradients and the ZeRO-1 all-gather are fp32
 _EFA_TRN1N_SCALE = 2    # EFA 1,600 Gbps (trn1n) / 800 Gbps (trn1): shared/hardware.md Scale-out table
 
@@ -282,8 +283,7 @@ def _with_dp_share(band: TimeBand) -> tuple[TimeBand, float]:
     """``band`` plus each sequence's share of the once-per-step DP exchange (global batch / DP
     micro-batches per replica share it; exposed: ZeRO-1 reduces after the last micro-batch), on
     trn1 (nominal, high) or trn1n (low) networking; and that share in ns."""
-    per_step = GLOBAL_BATCH // (DP * MICRO_BATCH)
-    slow, fast = (_dp_gradient_ms(TP, DP, scale) * 1e6 / per_step for scale in (1, _EFA_TRN1N_SCALE))
+    slow, fast = (_dp_gradient_ms(TP, DP, scale) * 1e6 / MICRO_BATCHES_PER_STEP for scale in (1, _EFA_TRN1N_SCALE))
     efa = Effect(Knob(f"{PRESET}trn1.32xlarge/trn1n.32xlarge EFA x", 1, 1, _EFA_TRN1N_SCALE),
                  band.nominal_ns + slow, band.nominal_ns + fast)
     effects = tuple(sorted((*band.effects, efa), key=lambda e: -e.swing_ns))
@@ -312,7 +312,7 @@ def llama_pretraining_row():
             "and 2; published = 32 DP replicas / 47.95 seq/s per sequence; plus "
             f"{dp_ns / 1e6:.1f} ms per sequence: ZeRO-1's fp32 reduce_scatter + all_gather over DP32 "
             f"({_dp_gradient_ms(TP, DP):.0f} ms per optimizer step on trn1 EFA) shared by the "
-            f"{GLOBAL_BATCH // (DP * MICRO_BATCH)} micro-batches of the published global batch {GLOBAL_BATCH}; "
+            f"{MICRO_BATCHES_PER_STEP} micro-batches of the published global batch {GLOBAL_BATCH}; "
             "the ZeRO-1 optimizer update itself (1/32 of a rank's shard) is left out" + _dominant(band))
     return Row("Llama-3.1-8B pretraining, per sequence per TP32 group (s8192, TP32xDP32, 32x trn1.32xlarge)",
                band.nominal_ns, published_ns, band, note)

@@ -101,9 +101,9 @@ def tpu_rows() -> list:
                            published_ns,
                            f"{TIERING}: {tokens_per_s:,.0f} tokens/s/device, {mfu} MFU; published = SL / tokens/s; "
                            f"predicted: one chip, full step with the recipe's remat ({policy}: recomputes "
-                           f"{', '.join(sorted(REMAT[policy]))}), AdamW on its 1/{CHIPS} FSDP shard, FSDP collectives and host offload traffic "
-                           f"excluded, splash attention at the recipe's block sizes, {layers} layers from 1 and 2; band "
-                           f"over the TPU preset's assumptions"))
+                           f"{', '.join(sorted(REMAT[policy]))}), AdamW on its 1/{CHIPS} FSDP shard, FSDP "
+                           f"collectives and host offload traffic excluded, splash attention at the recipe's block "
+                           f"sizes, {layers} layers from 1 and 2; band over the TPU preset's assumptions"))
     rows.append(Row("MaxText 32B-param model training (1x v5e-256, bf16)", None, None,
                     note="not run: MaxText's configs/v5e README publishes 132 TFLOP/s/chip (66.86% MFU) but no "
                          "stored page prints the 32B model's layers and widths, and its 256-chip step needs the "

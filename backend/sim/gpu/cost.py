@@ -152,13 +152,10 @@ def _record_dtype(record: OpRecord) -> str:
     return max(floating, key=lambda t: t.numel).dtype if floating else tensors[0].dtype
 
 
-_read_write_bytes = op_read_write_bytes      # the TPU cost model imports it under this name
-
-
 def record_cost(config: GpuConfig, record: OpRecord, launch_ns: float) -> KernelCost:
     """One eager op as one kernel (views and transfers are the timeline's business)."""
     flops = op_flops(record)
-    read, write = _read_write_bytes(record)
+    read, write = op_read_write_bytes(record)
     dtype = _record_dtype(record)
     if flops and is_matmul_like(record.name):
         return _matmul_kernel(config, gemm_shape(record), dtype, flops, read, write, launch_ns)
@@ -186,7 +183,7 @@ def fused_cost(config: GpuConfig, records: list[OpRecord], launch_ns: float,
         flops += part.flops
         tensor_flops += part.tensor_flops
         extra += part.plan.extra_hbm_bytes if part.plan else 0
-        r, w = _read_write_bytes(record)
+        r, w = op_read_write_bytes(record)
         read, write = read + r, write + w
         l2_served += part.hbm_read_bytes + part.hbm_write_bytes if part.l2_hit else 0
     saved_write = min(write, internal_bytes_saved // 2)

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from math import ceil
 
 from backend.sim.descriptors import OpRecord
-from backend.sim.flops import is_matmul_like, op_flops
-# The dtype an op computes in and its read/write split are the GPU model's rules; sharing them
-# keeps the byte counts of the targets identical.
-from backend.sim.gpu.cost import _read_write_bytes, _record_dtype
+# Bytes read and written come from the rule every target shares, and the dtype an op computes in
+# is the GPU model's rule, so the targets' counts agree.
+from backend.sim.flops import is_matmul_like, op_flops, op_read_write_bytes
+from backend.sim.gpu.cost import _record_dtype
 from backend.sim.gpu.shapes import gemm_shape
 from backend.sim.gpu.tiling import GemmShape
 from backend.sim.tpu.attention import attention_work, is_attention
@@ -137,7 +137,7 @@ def fused_cost(config: TpuConfig, records: list[OpRecord], internal_bytes_saved:
     flops = mxu_flops = padded = read = write = 0
     for record in records:
         m, v, f, mf, p = _compute(config, record)
-        r, w = _read_write_bytes(record)
+        r, w = op_read_write_bytes(record)
         mxu, vpu, flops, mxu_flops, padded = mxu + m, vpu + v, flops + f, mxu_flops + mf, padded + p
         read, write = read + r, write + w
     saved_write = min(write, internal_bytes_saved // 2)
