@@ -22,7 +22,7 @@ _QUALIFIED = [f"{d}:{t}" for d in ("neuron", "cuda", "tpu") for t in _KNOWN[d]]
 @magics_class
 class MigrateMagics(Magics):
     """``%neuron_migrate model x [-t T] [-b GPU] [--inference] [--batch-sizes B,B] [--threshold F]
-    [--no-compile] [-o] [-q]``."""
+    [--no-compile] [--band] [-o] [-q]``."""
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("model", help="name of the nn.Module in the notebook")
@@ -43,6 +43,9 @@ class MigrateMagics(Magics):
                               f"this (default: {DEFAULT_DRIFT_THRESHOLD:g})")
     @magic_arguments.argument("--no-compile", action="store_true",
                               help="skip the step compiled with backend='neuron' (graph breaks are still found)")
+    @magic_arguments.argument("--band", action="store_true",
+                              help="price the target's timing error band too (about two replays of its step "
+                              "per modelling assumption)")
     @magic_arguments.argument("-o", dest="output", action="store_true", help="return the MigrationReport")
     @magic_arguments.argument("-q", dest="quiet", action="store_true", help="display nothing")
     @line_magic
@@ -65,7 +68,7 @@ class MigrateMagics(Magics):
         report = migration_report_for(self.shell.user_ns, args.model, args.inputs, target=args.target,
                                       baseline=args.baseline, training=not args.inference,
                                       batch_sizes=args.batch_sizes, drift_threshold=args.threshold,
-                                      compile=not args.no_compile)
+                                      compile=not args.no_compile, band=args.band)
         if not args.quiet:
             show_profile(self.shell, report)        # the widget in a kernel, else the report's HTML
         return report if args.output else None

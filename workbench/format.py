@@ -8,6 +8,7 @@ SUMMARY_FIELDS = (
     ("target", "target", "text"),
     ("values", "tensor values", "text"),           # only in timing-only runs: "none (timing-only)"
     ("total_time", "simulated time", "seconds"),
+    ("band_dominant", "band set mostly by", "text"),  # only after Profile.time_band()
     ("host_wall_time", "host wall time (measured)", "seconds"),
     ("op_count", "ops / kernels", "count"),
     ("instruction_count", "instructions", "count"),
@@ -95,5 +96,8 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
         if key == "target":
             rows.append(("device", f"{summary.get('device_kind', '')} {summary[key]}".strip()))
             continue
-        rows.append((_GPU_LABELS.get(key, label) if gpu else label, _format(summary[key], kind)))
+        value = _format(summary[key], kind)
+        if key == "total_time" and "total_time_low" in summary:     # the error band: "7.1 ms (6.2-8.3 ms)"
+            value += f" ({fmt_time_s(summary['total_time_low'])}-{fmt_time_s(summary['total_time_high'])})"
+        rows.append((_GPU_LABELS.get(key, label) if gpu else label, value))
     return rows

@@ -81,6 +81,9 @@ class Profile:
             out["values"] = TIMING_ONLY_VALUES
         if self.band is not None:
             out["total_time_low"], out["total_time_high"] = self.band.low_ns * 1e-9, self.band.high_ns * 1e-9
+            widest = self.band.dominant(1)
+            if widest:
+                out["band_dominant"] = widest[0].knob.name
         return out
 
     def time_band(self):

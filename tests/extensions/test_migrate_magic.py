@@ -46,7 +46,7 @@ def test_a_tiny_mlp_gets_a_full_report(small):
 
 @pytest.mark.parametrize("line,expected", [
     ("model x", dict(target="trn2", baseline="h100", training=True, batch_sizes=None, drift_threshold=0.02,
-                     compile=True)),
+                     compile=True, band=False)),
     ("model x -t trn1 -b a100", dict(target="trn1", baseline="a100")),
     ("model x --target trn3 --baseline h200", dict(target="trn3", baseline="h200")),
     ("model x -t tpu:v6e -b neuron:trn1", dict(target="tpu:v6e", baseline="neuron:trn1")),
@@ -54,6 +54,7 @@ def test_a_tiny_mlp_gets_a_full_report(small):
     ("model x --batch-sizes 8,16,32", dict(batch_sizes=[8, 16, 32])),
     ("model x --threshold 0.005", dict(drift_threshold=0.005)),
     ("model x --no-compile", dict(compile=False)),
+    ("model x --band", dict(band=True)),
     ("net inp", dict()),
 ])
 def test_options_reach_the_report(calls, small, line, expected):
@@ -61,7 +62,7 @@ def test_options_reach_the_report(calls, small, line, expected):
     assert small.run_line_magic("neuron_migrate", line + " -q") is None
     ((namespace, model, inputs, options),) = calls
     assert namespace is small.user_ns and (model, inputs) == tuple(line.split()[:2])
-    assert set(options) == {"target", "baseline", "training", "batch_sizes", "drift_threshold", "compile"}
+    assert set(options) == {"target", "baseline", "training", "batch_sizes", "drift_threshold", "compile", "band"}
     assert {k: options[k] for k in expected} == expected
 
 

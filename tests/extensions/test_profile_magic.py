@@ -23,6 +23,13 @@ def test_cell_runs_on_neuron_and_returns_the_profile(small):
     torch.testing.assert_close(small.user_ns["y"].cpu(), small.user_ns["model"](small.user_ns["x"]))
 
 
+def test_band_adds_the_error_band_to_the_summary(small):
+    prof = small.run_cell_magic("neuron_profile", "-o -q --band", CELL)
+    s = prof.summary
+    assert s["total_time_low"] <= s["total_time"] <= s["total_time_high"] and s["band_dominant"]
+    assert "total_time_low" not in small.run_cell_magic("neuron_profile", "-o -q", CELL).summary
+
+
 def test_state_and_objects_are_restored(small):
     model, x = small.user_ns["model"], small.user_ns["x"]
     small.run_cell_magic("neuron_profile", "-q --device cuda --target a100", CELL)
@@ -159,6 +166,7 @@ def test_profile_on_the_active_tpu(small):
     ("--compare cpu,tpu:h100", CELL, "unknown device tpu:h100"),
     ("--compare cpu,neuron --device neuron", CELL, "not both"),
     ("--compare neuron -t h100", CELL, "unknown target h100"),
+    ("--compare cpu,neuron --band", CELL, "--band times one device"),
     ("--bogus", CELL, "unrecognized arguments: --bogus"),
 ])
 def test_bad_input_is_a_usage_error(small, line, cell, message):

@@ -88,3 +88,12 @@ def test_gpu_traces_relabel_engine_rows():
     from workbench.format import summary_rows
     rows = dict(summary_rows(Trace(target="h100", device_kind="cuda").summary()))
     assert "tensor cores active" in rows and "ScalarE active" not in rows
+
+
+def test_a_band_shows_beside_the_simulated_time():
+    from workbench.format import summary_rows
+    rows = dict(summary_rows({"total_time": 7.1e-3, "total_time_low": 6.2e-3, "total_time_high": 8.3e-3,
+                              "band_dominant": "trn2.dma_issue_ns"}))
+    assert rows["simulated time"] == "7.1 ms (6.2 ms-8.3 ms)"
+    assert rows["band set mostly by"] == "trn2.dma_issue_ns"
+    assert dict(summary_rows({"total_time": 7.1e-3}))["simulated time"] == "7.1 ms"
