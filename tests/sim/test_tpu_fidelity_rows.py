@@ -76,3 +76,14 @@ def test_rows_run_each_recipe_splash_blocks_with_cited_sources():
     assert "llama3_1_8b_8192" in RECIPE_KERNELS["Llama-3.1-8B"].info("attention_fused_backward").source
     assert "llama2_70b_4096_optimized" in RECIPE_KERNELS["Llama-2-70B"].info("attention_block_q").source
     assert "base.yml" in RECIPE_KERNELS["Llama-2-70B"].info("attention_block_kv").source
+
+
+def test_rows_run_each_recipe_batch_and_its_gradient_reduction_placement():
+    from benchmarks.fidelity.tpu import RECIPE_BATCH, RECIPE_KERNELS
+
+    assert RECIPE_BATCH == {"Llama-3.1-8B": 4, "Llama-2-70B": 2}
+    llama8, llama70 = (RECIPE_KERNELS[n] for n in ("Llama-3.1-8B", "Llama-2-70B"))
+    assert llama8.gradient_reduction_on_sparsecore and not llama70.gradient_reduction_on_sparsecore
+    assert "ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE" in llama8.info("gradient_reduction_on_sparsecore").source
+    rows = tpu_rows()
+    assert "exposed" in rows[1].note and "overlapped" in rows[0].note

@@ -108,6 +108,20 @@ class TpuConfig(HardwareConfig):
         source=ASSUMPTION + ": the splash kernel's VPU softmax runs after its MXU products, as in every "
                "fusion (1.0); the VLIW bundles can overlap part of it with the next block's products",
         help="share of attention's VPU softmax time not hidden under its MXU work")
+    gradient_reduction_exposed: float = spec(
+        1.0, unit="of its time", plausible=(0.5, 1.0),
+        source=ASSUMPTION + ": a gradient reduce-scatter the TensorCore runs itself (no SparseCore "
+               "offload) is not overlapped with compute; MaxText's v6e flags offload it to the SparseCore "
+               "because that is what lets it overlap (github.com/AI-Hypercomputer/maxtext "
+               "benchmarks/xla_flags_library.py ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE: 'useful for "
+               "reducing the gradient reduction all-reduce time with overlapping with compute'); the "
+               "latency-hiding scheduler may still hide part of it",
+        help="share of the FSDP gradient reduction's ICI time left on the step when the TensorCore runs it")
+    # -- compiled program settings (the recipe's, not the chip's) ------------------------------
+    gradient_reduction_on_sparsecore: bool = spec(
+        False, unit="", help="the FSDP gradient reduction runs on the SparseCores, overlapped with compute",
+        source="MaxText default (github.com/AI-Hypercomputer/maxtext benchmarks/xla_flags_library.py: "
+               "SparseCore collective offload is opt-in, ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE)")
     # -- attention kernel settings (the compiled program's, not the chip's) ----------------
     attention_block_q: int = _splash_block("rows", "sa_block_q", "query rows of one score block (forward)")
     attention_block_kv: int = _splash_block("cols", "sa_block_kv", "key columns of one score block (forward)")
@@ -124,7 +138,8 @@ class TpuConfig(HardwareConfig):
             value = getattr(self, f.name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
                 raise ValueError(f"TpuConfig.{f.name} must be positive, got {value!r}")
-        for knob in ("max_mxu_efficiency", "max_hbm_efficiency", "attention_softmax_exposed"):
+        for knob in ("max_mxu_efficiency", "max_hbm_efficiency", "attention_softmax_exposed",
+                     "gradient_reduction_exposed"):
             if getattr(self, knob) > 1:
                 raise ValueError(f"TpuConfig.{knob} is a fraction; got {getattr(self, knob)}")
 
