@@ -90,8 +90,18 @@ def _megatron_functions(sequence_parallel: bool = False):
 
 
 def _rms(h, w):
+    """RMSNorm computed in the norm weight's dtype, returned in the input's: with an fp32 weight this
+    is NxD's ``LlamaRMSNorm`` (examples/training/llama/modeling_llama_nxd.py: ``hidden_states.to(
+    torch.float32)`` ... ``(self.weight * hidden_states).to(input_dtype)``), an FP32 "precision
+    sensitive operator" of Standard Mixed Precision; with a bf16 weight the casts are no-ops."""
     import torch
-    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+    x = h.to(w.dtype)
+    return (w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))).to(h.dtype)
+
+
+def _swiglu(gate, up):
+    import torch.nn.functional as F
+    return F.silu(gate) * up
 
 
 def _flash_attention(q, k, v, causal: bool):
@@ -101,14 +111,16 @@ def _flash_attention(q, k, v, causal: bool):
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=causal)[0]
 
 
-def _tp_block(x, w, tp_in, tp_out, batch: int, cache=None, recompute_attention: bool = False):
+def _tp_block(x, w, tp_in, tp_out, batch: int, cache=None, selective_checkpoint: bool = False):
     """One Llama block of a TP rank: RMSNorm, its 1/TP of the heads, SwiGLU over its 1/TP of the
     FFN. ``w``: (qkv, o, gate_up, down, norm1, norm2) shards. ``x`` holds the rows outside the TP
     region (all tokens, or 1/TP of them with sequence parallelism: ``tp_in`` / ``tp_out`` say).
     With ``cache`` (K, V of the whole context, the last position free), one decode step: the new
-    K/V land in the cache. ``recompute_attention``: selective activation checkpointing (Korthikanti
-    et al. 2022) -- the core attention keeps no activations and runs forward again in backward."""
-    import torch.nn.functional as F
+    K/V land in the cache. ``selective_checkpoint``: selective activation checkpointing (Korthikanti
+    et al. 2022) as NxD's Llama applies it -- the core attention keeps no activations and runs
+    forward again in backward, and so does the SwiGLU activation (modeling_llama_nxd.py ``LlamaMLP``:
+    "We checkpoint the MLP compute too, since we see extra data movement which is more expensive
+    than the recompute in this case")."""
     from torch.utils.checkpoint import checkpoint
 
     wqkv, wo, wgu, wd, n1, n2 = w
@@ -121,14 +133,15 @@ def _tp_block(x, w, tp_in, tp_out, batch: int, cache=None, recompute_attention: 
         k_cache[:, :, -1:].copy_(k)
         v_cache[:, :, -1:].copy_(v)
         k, v = k_cache, v_cache
-    if recompute_attention:
+    if selective_checkpoint:
         attn = checkpoint(_flash_attention, q, k, v, cache is None, use_reentrant=False)
     else:
         attn = _flash_attention(q, k, v, cache is None)
     x = x + tp_out(attn.transpose(1, 2).reshape(tokens, -1).matmul(wo))
     h = tp_in(_rms(x, n2))
     gate, up = h.matmul(wgu).chunk(2, dim=-1)
-    return x + tp_out((F.silu(gate) * up).matmul(wd))
+    act = checkpoint(_swiglu, gate, up, use_reentrant=False) if selective_checkpoint else _swiglu(gate, up)
+    return x + tp_out(act.matmul(wd))
 
 
 _HEAD_DIM = 128
@@ -144,10 +157,10 @@ def _linear_weight(out_features: int, in_features: int, laid_out: bool, **make):
     return torch.empty(out_features, in_features, **make).t()
 
 
-def _shards(tp: int, requires_grad: bool, laid_out: bool = False, **dims):
+def _shards(tp: int, requires_grad: bool, laid_out: bool = False, norm_dtype=None, **dims):
     """A block's weight shards on ``neuron`` (bf16): heads and FFN split ``tp`` ways, K/V heads
     replicated up to one per rank when ``tp`` exceeds them. The four projections are right-hand
-    matmul operands (``_linear_weight``), the two norms vectors."""
+    matmul operands (``_linear_weight``), the two norms vectors (``norm_dtype``, bf16 by default)."""
     import torch
 
     cfg = {**LLAMA_8B, **dims}
@@ -161,19 +174,50 @@ def _shards(tp: int, requires_grad: bool, laid_out: bool = False, **dims):
     return [_linear_weight(3 * local_q * _HEAD_DIM, d, laid_out, **make),
             _linear_weight(d, local_q * _HEAD_DIM, laid_out, **make),
             _linear_weight(2 * local_ffn, d, laid_out, **make), _linear_weight(d, local_ffn, laid_out, **make),
-            torch.empty(d, **make), torch.empty(d, **make)]
+            *(torch.empty(d, **{**make, "dtype": norm_dtype or torch.bfloat16}) for _ in range(2))]
+
+
+def _leaf(weight):
+    """The parameter behind a weight operand (``_linear_weight`` may hand out a transposed view)."""
+    return weight if weight._base is None else weight._base
+
+
+def _accumulate_grads_in_fp32(params) -> None:
+    """Standard Mixed Precision's FP32 local gradient accumulation: NxD's ``use_fp32_grad_acc``
+    turns on ``use_grad_acc_hook`` of torch_xla's ``ZeroRedundancyOptimizer``, whose hook, as each
+    parameter's gradient is ready in every micro-batch's backward, adds it cast to fp32 into an
+    fp32 ``main_grad`` of the parameter's full shape and drops it
+    (``shard.main_grad.add_(param.grad.data.to(dtype=self.optimizer_dtype)); param.grad = None``).
+    Zeroing ``main_grad`` once per optimizer step (1/32 of the micro-batches) is left out."""
+    import torch
+
+    def hook(param, main_grad):
+        main_grad.add_(param.grad.to(torch.float32))
+        param.grad = None
+
+    for p in params:
+        main_grad = torch.empty(p.shape, dtype=torch.float32, device=p.device)
+        p.register_post_accumulate_grad_hook(lambda param, main_grad=main_grad: hook(param, main_grad))
 
 
 def tp_llama_records(layers: int, *, mode: str, tp: int = TP, seq: int = 8192, batch: int = 1,
                      context: int = 0, target: str = "trn1", sequence_parallel: bool = False,
-                     recompute_attention: bool = False, **dims) -> list:
+                     selective_checkpoint: bool = False, standard_mixed_precision: bool = False,
+                     **dims) -> list:
     """Rank 0's op records for ``layers`` TP-sharded Llama blocks and the vocab-parallel head.
 
     mode "train": one sequence-batch forward and backward (``batch`` x ``seq`` tokens, weight
     gradients included); mode "decode": one token for each of ``batch`` sequences against a KV
     cache of ``context`` positions. Run in a fake world of ``tp`` ranks in timing-only mode. With
     ``sequence_parallel`` (training) the activations outside the TP region are split by token
-    (``_megatron_functions``); with ``recompute_attention`` the core attention is checkpointed."""
+    (``_megatron_functions``); with ``selective_checkpoint`` the core attention and the SwiGLU
+    activation are checkpointed (``_tp_block``). ``standard_mixed_precision`` (training): NxD's
+    Standard Mixed Precision as its ZeRO-1 recipes turn it on (awsdocs-neuron
+    libraries/neuronx-distributed/standard_mixed_precision: "Use FP32 for precision sensitive
+    operators", "Use FP32 in local gradients accumulation") -- RMSNorm in fp32 with fp32 weights
+    (``_rms``) and each gradient accumulated into fp32 (``_accumulate_grads_in_fp32``). The linear
+    weights stay bf16 (the recipe's config.json: ``"torch_dtype": "bfloat16"``; the fp32 master
+    weights live in the ZeRO-1 optimizer), so no per-micro-batch weight cast is paid."""
     import torch
     import torch.distributed as dist
 
@@ -193,9 +237,14 @@ def tp_llama_records(layers: int, *, mode: str, tp: int = TP, seq: int = 8192, b
                 if tokens % tp:
                     raise ValueError(f"sequence parallelism splits {tokens} tokens {tp} ways; they must divide")
                 tokens //= tp
-            blocks = [_shards(tp, train, laid_out=not train, **dims) for _ in range(layers)]
+            if standard_mixed_precision and not train:
+                raise ValueError("standard_mixed_precision is a training setting")
+            norm_dtype = torch.float32 if standard_mixed_precision else None
+            blocks = [_shards(tp, train, laid_out=not train, norm_dtype=norm_dtype, **dims) for _ in range(layers)]
             head = _linear_weight(cfg["vocab"] // tp, cfg["d"], not train, device="neuron", dtype=torch.bfloat16,
                                   requires_grad=train)
+            if standard_mixed_precision:
+                _accumulate_grads_in_fp32([_leaf(w) for block in blocks for w in block] + [_leaf(head)])
             x = torch.empty(tokens, cfg["d"], device="neuron", dtype=torch.bfloat16, requires_grad=train)
             h = x
             for w in blocks:
@@ -204,7 +253,7 @@ def tp_llama_records(layers: int, *, mode: str, tp: int = TP, seq: int = 8192, b
                     shape = (batch, w[1].shape[0] // _HEAD_DIM, context, _HEAD_DIM)
                     cache = (torch.empty(shape, device="neuron", dtype=torch.bfloat16),
                              torch.empty(shape, device="neuron", dtype=torch.bfloat16))
-                h = _tp_block(h, w, enter_tp, leave_tp, batch, cache, recompute_attention)
+                h = _tp_block(h, w, enter_tp, leave_tp, batch, cache, selective_checkpoint)
             logits = enter_tp(_rms(h, blocks[-1][5])).matmul(head).float()
             if train:
                 # Vocab-parallel cross-entropy: the softmax denominator is summed over the TP group.
@@ -301,7 +350,8 @@ def llama_pretraining_row():
     # The published recipe (NeuronX Distributed "Training Llama3.1-8B ... with Tensor Parallelism and
     # ZeRO-1" tutorial): tensor parallelism, sequence parallelism, selective checkpointing, ZeRO-1.
     band, dp_ns = _with_dp_share(_scaleout_band(
-        lambda n: tp_llama_records(n, mode="train", seq=8192, sequence_parallel=True, recompute_attention=True),
+        lambda n: tp_llama_records(n, mode="train", seq=8192, sequence_parallel=True,
+                                    selective_checkpoint=True, standard_mixed_precision=True),
         LLAMA_8B["layers"], trn1))
     published_ns = DP / 47.95 * 1e9
     note = ("rank 0 of a fake TP32 world, timing-only, eager ops on neuron; Megatron TP shard built explicitly "

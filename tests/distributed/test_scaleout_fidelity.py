@@ -64,7 +64,7 @@ def test_sequence_parallel_swaps_each_all_reduce_for_a_reduce_scatter_and_an_all
 
 def test_selective_checkpointing_runs_the_attention_forward_again_in_backward(caplog):
     caplog.set_level(logging.ERROR)
-    plain, recomputed = (tp_llama_records(1, mode="train", seq=256, recompute_attention=r, **TINY) for r in (False, True))
+    plain, recomputed = (tp_llama_records(1, mode="train", seq=256, selective_checkpoint=r, **TINY) for r in (False, True))
     forward = "aten::_scaled_dot_product_flash_attention_for_cpu"
     assert [r.name for r in plain].count(forward) == 1 and [r.name for r in recomputed].count(forward) == 2
 
