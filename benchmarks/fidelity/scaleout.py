@@ -40,14 +40,19 @@ def core_topology(name: str = "trn1.32xlarge", cores_per_chip: int = TRN1_CORES_
 
 
 def _megatron_functions(sequence_parallel: bool = False):
-    """Megatron's conjugate collectives around the tensor-parallel region, as (enter, leave).
+    """Megatron's tensor-parallel region as (column_linear, leave): ``column_linear(x, w)`` enters
+    the region and multiplies by a column-parallel weight shard, ``leave`` follows a row-parallel one.
 
     Plain TP: copy-to-TP (identity forward, all_reduce backward) and reduce-from-TP (all_reduce
     forward, identity backward). Sequence parallel (Korthikanti et al. 2022, "Reducing Activation
     Recomputation in Large Transformer Models"): outside the TP region each rank keeps 1/TP of
     the tokens, so entering all-gathers the sequence (reduce-scatter backward) and leaving
     reduce-scatters it (all-gather backward) -- the same bytes on the links as one all_reduce,
-    while RMSNorm and the residual adds run on 1/TP of the rows."""
+    while RMSNorm and the residual adds run on 1/TP of the rows. The column-parallel linear keeps
+    only its 1/TP input shard for backward and all-gathers it again there for the weight gradient,
+    as NxD's ``LinearWithAsyncCommunication`` and ``GQAQKVLinearWithAsyncCommunication`` do
+    (src/neuronx_distributed/parallel_layers/layers.py, modules/qkv_linear.py: ``ctx.save_for_
+    backward(input, weight)`` and, in backward, ``total_input = xm.all_gather(input, ...)``)."""
     import torch
     import torch.distributed as dist
 
@@ -65,17 +70,29 @@ def _megatron_functions(sequence_parallel: bool = False):
         dist.all_reduce(x)
         return x
 
-    forward_in, backward_in = (gather, scatter) if sequence_parallel else ((lambda x: x), all_reduce)
-    forward_out, backward_out = (scatter, gather) if sequence_parallel else (all_reduce, (lambda x: x))
-
     class EnterTP(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
-            return forward_in(x)
+            return x
 
         @staticmethod
         def backward(ctx, grad):
-            return backward_in(grad)
+            return all_reduce(grad)
+
+    class SequenceParallelColumnLinear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            return gather(x).matmul(w)
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, w = ctx.saved_tensors
+            total = gather(x)
+            grad_input = scatter(grad.matmul(w.t()))
+            return grad_input, grad.t().matmul(total).t()     # [out, in] as the nn.Linear weight
+
+    forward_out, backward_out = (scatter, gather) if sequence_parallel else (all_reduce, (lambda x: x))
 
     class LeaveTP(torch.autograd.Function):
         @staticmethod
@@ -86,7 +103,10 @@ def _megatron_functions(sequence_parallel: bool = False):
         def backward(ctx, grad):
             return backward_out(grad)
 
-    return EnterTP.apply, LeaveTP.apply
+    def column_linear(x, w):
+        return SequenceParallelColumnLinear.apply(x, w) if sequence_parallel else EnterTP.apply(x).matmul(w)
+
+    return column_linear, LeaveTP.apply
 
 
 def _rms(h, w):
@@ -111,10 +131,10 @@ def _flash_attention(q, k, v, causal: bool):
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=causal)[0]
 
 
-def _tp_block(x, w, tp_in, tp_out, batch: int, cache=None, selective_checkpoint: bool = False):
+def _tp_block(x, w, column_linear, tp_out, batch: int, cache=None, selective_checkpoint: bool = False):
     """One Llama block of a TP rank: RMSNorm, its 1/TP of the heads, SwiGLU over its 1/TP of the
     FFN. ``w``: (qkv, o, gate_up, down, norm1, norm2) shards. ``x`` holds the rows outside the TP
-    region (all tokens, or 1/TP of them with sequence parallelism: ``tp_in`` / ``tp_out`` say).
+    region (all tokens, or 1/TP of them with sequence parallelism: ``column_linear`` / ``tp_out`` say).
     With ``cache`` (K, V of the whole context, the last position free), one decode step: the new
     K/V land in the cache. ``selective_checkpoint``: selective activation checkpointing (Korthikanti
     et al. 2022) as NxD's Llama applies it -- the core attention keeps no activations and runs
@@ -124,9 +144,9 @@ def _tp_block(x, w, tp_in, tp_out, batch: int, cache=None, selective_checkpoint:
     from torch.utils.checkpoint import checkpoint
 
     wqkv, wo, wgu, wd, n1, n2 = w
-    h = tp_in(_rms(x, n1))
-    tokens, hd = h.shape[0], _HEAD_DIM
-    q, k, v = h.matmul(wqkv).chunk(3, dim=-1)
+    qkv = column_linear(_rms(x, n1), wqkv)
+    tokens, hd = qkv.shape[0], _HEAD_DIM
+    q, k, v = qkv.chunk(3, dim=-1)
     q, k, v = (t.reshape(batch, tokens // batch, -1, hd).transpose(1, 2) for t in (q, k, v))
     if cache is not None:
         k_cache, v_cache = cache
@@ -138,8 +158,7 @@ def _tp_block(x, w, tp_in, tp_out, batch: int, cache=None, selective_checkpoint:
     else:
         attn = _flash_attention(q, k, v, cache is None)
     x = x + tp_out(attn.transpose(1, 2).reshape(tokens, -1).matmul(wo))
-    h = tp_in(_rms(x, n2))
-    gate, up = h.matmul(wgu).chunk(2, dim=-1)
+    gate, up = column_linear(_rms(x, n2), wgu).chunk(2, dim=-1)
     act = checkpoint(_swiglu, gate, up, use_reentrant=False) if selective_checkpoint else _swiglu(gate, up)
     return x + tp_out(act.matmul(wd))
 
@@ -227,7 +246,7 @@ def tp_llama_records(layers: int, *, mode: str, tp: int = TP, seq: int = 8192, b
     if mode not in ("train", "decode"):
         raise ValueError(f"mode must be 'train' or 'decode', got {mode!r}")
     cfg = {**LLAMA_8B, **dims}
-    enter_tp, leave_tp = _megatron_functions(sequence_parallel)
+    column_linear, leave_tp = _megatron_functions(sequence_parallel)
     fake_world(tp, topology="trn1.32xlarge")
     try:
         with profile(target=target, source=False, timing_only=True) as prof:
@@ -253,8 +272,8 @@ def tp_llama_records(layers: int, *, mode: str, tp: int = TP, seq: int = 8192, b
                     shape = (batch, w[1].shape[0] // _HEAD_DIM, context, _HEAD_DIM)
                     cache = (torch.empty(shape, device="neuron", dtype=torch.bfloat16),
                              torch.empty(shape, device="neuron", dtype=torch.bfloat16))
-                h = _tp_block(h, w, enter_tp, leave_tp, batch, cache, selective_checkpoint)
-            logits = enter_tp(_rms(h, blocks[-1][5])).matmul(head).float()
+                h = _tp_block(h, w, column_linear, leave_tp, batch, cache, selective_checkpoint)
+            logits = column_linear(_rms(h, blocks[-1][5]), head).float()
             if train:
                 # Vocab-parallel cross-entropy: the softmax denominator is summed over the TP group.
                 sumexp = logits.exp().sum(-1)
