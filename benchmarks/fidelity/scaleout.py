@@ -196,6 +196,46 @@ def _shards(tp: int, requires_grad: bool, laid_out: bool = False, norm_dtype=Non
             *(torch.empty(d, **{**make, "dtype": norm_dtype or torch.bfloat16}) for _ in range(2))]
 
 
+def _vocab_parallel_cross_entropy(logits, target):
+    """NxD's vocab-parallel cross-entropy (src/neuronx_distributed/parallel_layers/loss_functions.py,
+    ``_ParallelCrossEntropy``, Megatron's): the max, the target logit and the softmax denominator
+    each all-reduced over the TP group, the softmax kept for backward (``exp_logits.div_(sum)``),
+    whose gradient is the softmax less one at the target, scaled in place. ``logits``: this rank's
+    fp32 [tokens, vocab/TP] shard; ``target``: int64 [tokens]. Returns the per-token loss."""
+    import torch
+    import torch.distributed as dist
+
+    class ParallelCrossEntropy(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, logits, target):
+            logits_max = torch.max(logits, dim=-1)[0]
+            dist.all_reduce(logits_max, op=dist.ReduceOp.MAX)
+            logits.sub_(logits_max.unsqueeze(dim=-1))
+            start = dist.get_rank() * logits.shape[-1]
+            target_mask = (target >= start) & (target < start + logits.shape[-1])
+            masked_target = torch.mul(target.clone() - start, target_mask.long())
+            rows = torch.arange(logits.shape[0], device=logits.device)
+            predicted = torch.mul(logits[rows, masked_target].clone(), target_mask.float())
+            dist.all_reduce(predicted)
+            exp_logits = torch.exp(logits)
+            sum_exp_logits = exp_logits.sum(dim=-1)
+            dist.all_reduce(sum_exp_logits)
+            loss = torch.log(sum_exp_logits) - predicted
+            exp_logits.div_(sum_exp_logits.unsqueeze(dim=-1))
+            ctx.save_for_backward(exp_logits, target_mask, masked_target)
+            return loss
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            softmax, target_mask, masked_target = ctx.saved_tensors
+            rows = torch.arange(softmax.shape[0], device=softmax.device)
+            softmax[rows, masked_target] -= target_mask.float()
+            softmax.mul_(grad_output.unsqueeze(dim=-1))
+            return softmax, None
+
+    return ParallelCrossEntropy.apply(logits, target)
+
+
 def _leaf(weight):
     """The parameter behind a weight operand (``_linear_weight`` may hand out a transposed view)."""
     return weight if weight._base is None else weight._base
@@ -275,10 +315,9 @@ def tp_llama_records(layers: int, *, mode: str, tp: int = TP, seq: int = 8192, b
                 h = _tp_block(h, w, column_linear, leave_tp, batch, cache, selective_checkpoint)
             logits = column_linear(_rms(h, blocks[-1][5]), head).float()
             if train:
-                # Vocab-parallel cross-entropy: the softmax denominator is summed over the TP group.
-                sumexp = logits.exp().sum(-1)
-                dist.all_reduce(sumexp)
-                sumexp.log().sum().backward()
+                # NxD's Llama: ``logits[..., :-1, :].clone()`` for the shifted labels, then the loss.
+                target = torch.empty(logits.shape[0] - 1, device="neuron", dtype=torch.long)
+                _vocab_parallel_cross_entropy(logits[:-1].clone(), target).sum().backward()
             else:
                 gathered = torch.empty(tp * logits.numel(), device="neuron", dtype=logits.dtype)
                 dist.all_gather_single(gathered, logits.reshape(-1))
