@@ -414,14 +414,20 @@ def llama_pretraining_row():
     published_ns = DP / 47.95 * 1e9
     note = ("rank 0 of a fake TP32 world, timing-only, eager ops on neuron; Megatron TP shard built explicitly "
             "(column/row-parallel linears; not DTensor) with sequence parallelism as the NxD recipe (RMSNorm and "
-            "residuals on 1/32 of the tokens, reduce_scatter + all_gather per block fwd and bwd), flash-attention "
-            "op, selective checkpointing (core attention recomputed in bwd); eager elementwise ops, not fused as "
-            "the compiled graph; collectives on trn1.32xlarge per core with overlap; 32 layers from 1 "
-            "and 2; published = 32 DP replicas / 47.95 seq/s per sequence; plus "
+            "residuals on 1/32 of the tokens, reduce_scatter + all_gather per block fwd and bwd, and the "
+            "column-parallel linears all-gathering their input again in bwd as NxD's LinearWithAsyncCommunication), "
+            "flash-attention op, selective checkpointing as NxD's Llama (core attention and the SwiGLU activation "
+            "recomputed in bwd), NxD Standard Mixed Precision (bf16 weights; RMSNorm in fp32 with fp32 weights; "
+            "each bf16 gradient cast and added into an fp32 main_grad every micro-batch, torch_xla ZeRO-1's "
+            "grad-acc hook), NxD's vocab-parallel cross-entropy on the shifted fp32 logits; eager elementwise ops, "
+            "not fused as the compiled graph; collectives on trn1.32xlarge per core, each awaited where issued; "
+            "32 layers from 1 and 2; published = 32 DP replicas / 47.95 seq/s per sequence; plus "
             f"{dp_ns / 1e6:.1f} ms per sequence: ZeRO-1's fp32 reduce_scatter + all_gather over DP32 "
             f"({_dp_gradient_ms(TP, DP):.0f} ms per optimizer step on trn1 EFA) shared by the "
             f"{MICRO_BATCHES_PER_STEP} micro-batches of the published global batch {GLOBAL_BATCH}; "
-            "the ZeRO-1 optimizer update itself (1/32 of a rank's shard) is left out" + _dominant(band))
+            "left out: the token embedding (fwd gather + reduce_scatter, bwd scatter-add + fp32 accumulation), "
+            "the K/V-gradient all_reduces of KV replication over 4-rank groups, and the ZeRO-1 optimizer update "
+            "itself (1/32 of a rank's shard)" + _dominant(band))
     return Row("Llama-3.1-8B pretraining, per sequence per TP32 group (s8192, TP32xDP32, 32x trn1.32xlarge)",
                band.nominal_ns, published_ns, band, note)
 

@@ -102,3 +102,12 @@ def test_each_sequence_pays_its_share_of_the_zero1_exchange_on_trn1_or_trn1n_efa
     assert (band.nominal_ns, band.high_ns) == (500e6 + share, 550e6 + share)
     assert band.low_ns == pytest.approx(450e6 + share / 2, rel=0.01)
     assert band.effects[0].swing_ns == pytest.approx(share / 2, rel=0.01)
+
+
+def test_training_loss_is_the_vocab_parallel_cross_entropy_with_three_all_reduces(caplog):
+    caplog.set_level(logging.ERROR)
+    records = tp_llama_records(1, mode="train", seq=256, **TINY)
+    reduced = [r for r in _collectives(records) if r.attrs["collective"] == "all_reduce"]
+    head = [r for r in reduced if r.inputs[0].shape == (255,)]      # max, target logit, denominator per token
+    assert len(head) == 3 and {r.attrs["nbytes"] for r in head} == {255 * 4}
+    assert any(r.name == "aten::div_" and r.inputs[0].shape == (255, 256) for r in records)   # the softmax kept
