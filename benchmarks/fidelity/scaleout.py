@@ -119,6 +119,15 @@ def _rms(h, w):
     return (w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))).to(h.dtype)
 
 
+def _rope(x, cos, sin):
+    """Rotary position embedding as NxD's Llama applies it to q and k (src/neuronx_distributed/
+    overrides/transformer_overrides.py ``apply_rotary_pos_emb``: ``(q * cos) + (rotate_half(q) *
+    sin)``, ``rotate_half`` = ``torch.cat((-x2, x1))`` of the two halves of the head dimension)."""
+    import torch
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
 def _swiglu(gate, up):
     import torch.nn.functional as F
     return F.silu(gate) * up
@@ -131,7 +140,8 @@ def _flash_attention(q, k, v, causal: bool):
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=causal)[0]
 
 
-def _tp_block(x, w, column_linear, tp_out, batch: int, cache=None, selective_checkpoint: bool = False):
+def _tp_block(x, w, column_linear, tp_out, batch: int, cache=None, selective_checkpoint: bool = False,
+              rope=None):
     """One Llama block of a TP rank: RMSNorm, its 1/TP of the heads, SwiGLU over its 1/TP of the
     FFN. ``w``: (qkv, o, gate_up, down, norm1, norm2) shards. ``x`` holds the rows outside the TP
     region (all tokens, or 1/TP of them with sequence parallelism: ``column_linear`` / ``tp_out`` say).
@@ -140,7 +150,7 @@ def _tp_block(x, w, column_linear, tp_out, batch: int, cache=None, selective_che
     et al. 2022) as NxD's Llama applies it -- the core attention keeps no activations and runs
     forward again in backward, and so does the SwiGLU activation (modeling_llama_nxd.py ``LlamaMLP``:
     "We checkpoint the MLP compute too, since we see extra data movement which is more expensive
-    than the recompute in this case")."""
+    than the recompute in this case"). ``rope``: (cos, sin) to rotate q and k with (``_rope``)."""
     from torch.utils.checkpoint import checkpoint
 
     wqkv, wo, wgu, wd, n1, n2 = w
@@ -148,6 +158,8 @@ def _tp_block(x, w, column_linear, tp_out, batch: int, cache=None, selective_che
     tokens, hd = qkv.shape[0], _HEAD_DIM
     q, k, v = qkv.chunk(3, dim=-1)
     q, k, v = (t.reshape(batch, tokens // batch, -1, hd).transpose(1, 2) for t in (q, k, v))
+    if rope is not None:
+        q, k = _rope(q, *rope), _rope(k, *rope)
     if cache is not None:
         k_cache, v_cache = cache
         k_cache[:, :, -1:].copy_(k)
@@ -306,13 +318,19 @@ def tp_llama_records(layers: int, *, mode: str, tp: int = TP, seq: int = 8192, b
                 _accumulate_grads_in_fp32([_leaf(w) for block in blocks for w in block] + [_leaf(head)])
             x = torch.empty(tokens, cfg["d"], device="neuron", dtype=torch.bfloat16, requires_grad=train)
             h = x
+            # cos/sin of the sequence's positions, computed once per forward and shared by the layers
+            # (NxD's LlamaModel: ``position_embeddings = self.rotary_emb(...)``; that one-off is left out).
+            # The decode step leaves RoPE out (transformers-neuronx's compiled graph fuses it).
+            rope = None
+            if train:
+                rope = tuple(torch.empty(1, 1, seq, _HEAD_DIM, device="neuron", dtype=torch.bfloat16) for _ in range(2))
             for w in blocks:
                 cache = None
                 if not train:
                     shape = (batch, w[1].shape[0] // _HEAD_DIM, context, _HEAD_DIM)
                     cache = (torch.empty(shape, device="neuron", dtype=torch.bfloat16),
                              torch.empty(shape, device="neuron", dtype=torch.bfloat16))
-                h = _tp_block(h, w, column_linear, leave_tp, batch, cache, selective_checkpoint)
+                h = _tp_block(h, w, column_linear, leave_tp, batch, cache, selective_checkpoint, rope)
             logits = column_linear(_rms(h, blocks[-1][5]), head).float()
             if train:
                 # NxD's Llama: ``logits[..., :-1, :].clone()`` for the shifted labels, then the loss.
@@ -416,7 +434,7 @@ def llama_pretraining_row():
             "(column/row-parallel linears; not DTensor) with sequence parallelism as the NxD recipe (RMSNorm and "
             "residuals on 1/32 of the tokens, reduce_scatter + all_gather per block fwd and bwd, and the "
             "column-parallel linears all-gathering their input again in bwd as NxD's LinearWithAsyncCommunication), "
-            "flash-attention op, selective checkpointing as NxD's Llama (core attention and the SwiGLU activation "
+            "RoPE on q and k as NxD's apply_rotary_pos_emb, flash-attention op, selective checkpointing as NxD's Llama (core attention and the SwiGLU activation "
             "recomputed in bwd), NxD Standard Mixed Precision (bf16 weights; RMSNorm in fp32 with fp32 weights; "
             "each bf16 gradient cast and added into an fp32 main_grad every micro-batch, torch_xla ZeRO-1's "
             "grad-acc hook), NxD's vocab-parallel cross-entropy on the shifted fp32 logits; eager elementwise ops, "

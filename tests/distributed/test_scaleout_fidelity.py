@@ -111,3 +111,12 @@ def test_training_loss_is_the_vocab_parallel_cross_entropy_with_three_all_reduce
     head = [r for r in reduced if r.inputs[0].shape == (255,)]      # max, target logit, denominator per token
     assert len(head) == 3 and {r.attrs["nbytes"] for r in head} == {255 * 4}
     assert any(r.name == "aten::div_" and r.inputs[0].shape == (255, 256) for r in records)   # the softmax kept
+
+
+def test_training_rotates_q_and_k_and_decode_leaves_rope_out(caplog):
+    caplog.set_level(logging.ERROR)
+    train = tp_llama_records(1, mode="train", seq=256, **TINY)
+    decode = tp_llama_records(1, mode="decode", batch=2, context=64, **TINY)
+    rotated = [r for r in train if r.name == "aten::cat" and r.outputs[0].shape == (1, 1, 256, 128)]
+    assert len(rotated) == 2                                # rotate_half of q and of k
+    assert not [r for r in decode if r.name == "aten::neg"]
