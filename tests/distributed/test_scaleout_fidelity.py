@@ -55,18 +55,31 @@ def test_sequence_parallel_swaps_each_all_reduce_for_a_reduce_scatter_and_an_all
     caplog.set_level(logging.ERROR)
     one, two = (tp_llama_records(n, mode="train", seq=256, sequence_parallel=True, **TINY) for n in (1, 2))
     kinds = [[r.attrs["collective"] for r in _collectives(records)] for records in (one, two)]
-    assert [kinds[1].count(k) - kinds[0].count(k) for k in ("all_reduce", "all_gather", "reduce_scatter")] == [0, 4, 4]
+    # 4 of each, plus the two column-parallel linears all-gathering their input again in backward
+    assert [kinds[1].count(k) - kinds[0].count(k) for k in ("all_reduce", "all_gather", "reduce_scatter")] == [0, 6, 4]
     assert {r.attrs["nbytes"] for r in _collectives(two) if r.attrs["collective"] in ("all_gather", "reduce_scatter")} \
         == {256 * 512 * 2}                                  # the full sequence's bf16 activations, gathered or scattered
     norms = [r for r in two if r.name == "aten::rsqrt"]
     assert norms and all(r.inputs[0].shape == (256 // 4, 1) for r in norms)       # RMSNorm on 1/TP of the tokens
 
 
-def test_selective_checkpointing_runs_the_attention_forward_again_in_backward(caplog):
+def test_selective_checkpointing_runs_attention_and_swiglu_forward_again_in_backward(caplog):
     caplog.set_level(logging.ERROR)
-    plain, recomputed = (tp_llama_records(1, mode="train", seq=256, recompute_attention=r, **TINY) for r in (False, True))
-    forward = "aten::_scaled_dot_product_flash_attention_for_cpu"
-    assert [r.name for r in plain].count(forward) == 1 and [r.name for r in recomputed].count(forward) == 2
+    plain, recomputed = (tp_llama_records(1, mode="train", seq=256, selective_checkpoint=r, **TINY) for r in (False, True))
+    for forward in ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::silu"):
+        assert [r.name for r in plain].count(forward) == 1 and [r.name for r in recomputed].count(forward) == 2
+
+
+def test_standard_mixed_precision_norms_in_fp32_and_accumulates_each_gradient_into_fp32(caplog):
+    caplog.set_level(logging.ERROR)
+    plain, mixed = (tp_llama_records(1, mode="train", seq=256, standard_mixed_precision=m, **TINY) for m in (False, True))
+    assert {r.inputs[0].dtype for r in mixed if r.name == "aten::rsqrt"} == {"float32"}
+    assert {r.inputs[0].dtype for r in plain if r.name == "aten::rsqrt"} == {"bfloat16"}
+    accumulated = [r for r in mixed if r.name == "aten::add_" and r.inputs[0].dtype == "float32"]
+    # 4 linear weights and 2 norm weights of the block, the final norm shares one, and the head
+    assert sorted(r.inputs[0].shape for r in accumulated) == sorted(
+        [(384, 512), (512, 128), (512, 512), (512, 256), (512,), (512,), (256, 512)])
+    assert not [r for r in plain if r.name == "aten::add_"]
 
 
 def test_decode_weights_are_laid_out_at_load_and_training_uses_linear_weights_transposed(caplog):
@@ -89,3 +102,21 @@ def test_each_sequence_pays_its_share_of_the_zero1_exchange_on_trn1_or_trn1n_efa
     assert (band.nominal_ns, band.high_ns) == (500e6 + share, 550e6 + share)
     assert band.low_ns == pytest.approx(450e6 + share / 2, rel=0.01)
     assert band.effects[0].swing_ns == pytest.approx(share / 2, rel=0.01)
+
+
+def test_training_loss_is_the_vocab_parallel_cross_entropy_with_three_all_reduces(caplog):
+    caplog.set_level(logging.ERROR)
+    records = tp_llama_records(1, mode="train", seq=256, **TINY)
+    reduced = [r for r in _collectives(records) if r.attrs["collective"] == "all_reduce"]
+    head = [r for r in reduced if r.inputs[0].shape == (255,)]      # max, target logit, denominator per token
+    assert len(head) == 3 and {r.attrs["nbytes"] for r in head} == {255 * 4}
+    assert any(r.name == "aten::div_" and r.inputs[0].shape == (255, 256) for r in records)   # the softmax kept
+
+
+def test_training_rotates_q_and_k_and_decode_leaves_rope_out(caplog):
+    caplog.set_level(logging.ERROR)
+    train = tp_llama_records(1, mode="train", seq=256, **TINY)
+    decode = tp_llama_records(1, mode="decode", batch=2, context=64, **TINY)
+    rotated = [r for r in train if r.name == "aten::cat" and r.outputs[0].shape == (1, 1, 256, 128)]
+    assert len(rotated) == 2                                # rotate_half of q and of k
+    assert not [r for r in decode if r.name == "aten::neg"]
