@@ -99,7 +99,9 @@ def _tutorial_gap(target: NeuronConfig) -> str:
             "whatever their rows (256 B-4 KiB per partition) and per-engine transfers (2-32 KiB, one to two "
             "per K step); a per-transfer or per-descriptor cost would slow the small-transfer loops more, so "
             "the published times point at a per-core ceiling near that rate, which no stored source gives "
-            "(documented: 16 engines x 17 B/ns = 272 GB/s, 1 TB/s of DMA per chip): not modelled")
+            "(documented: 16 engines x 17 B/ns = 272 GB/s, 1 TB/s of DMA per chip): not modelled; 4 engines at "
+            "the theoretical 27.2 GB/s (109 GB/s) would fit all four at 0.95-0.98, but no source says a "
+            "tutorial-era nl.load spans only 4 of the 16 engines")
 
 
 def _bracket(name: str, variant: str, target: NeuronConfig, gap: str) -> Row:
