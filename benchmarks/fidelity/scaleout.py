@@ -52,7 +52,18 @@ def _megatron_functions(sequence_parallel: bool = False):
     only its 1/TP input shard for backward and all-gathers it again there for the weight gradient,
     as NxD's ``LinearWithAsyncCommunication`` and ``GQAQKVLinearWithAsyncCommunication`` do
     (src/neuronx_distributed/parallel_layers/layers.py, modules/qkv_linear.py: ``ctx.save_for_
-    backward(input, weight)`` and, in backward, ``total_input = xm.all_gather(input, ...)``)."""
+    backward(input, weight)`` and, in backward, ``total_input = xm.all_gather(input, ...)``).
+    Every collective here is awaited where it is issued, as NxD's sequence-parallel backward issues
+    them: unlike Megatron-LM's ``LinearWithGradAccumulationAndAsyncCommunication`` (``async_op=True``
+    all-gather under the grad_input matmul, then reduce-scatter under the weight-gradient matmul),
+    NxD's ``LinearWithAsyncCommunication.backward`` sets ``handle = None``, gathers with
+    ``xm.all_gather`` and reduce-scatters with ``xm.reduce_scatter`` (lazy torch_xla ops, no Work
+    handle; ``assert not ctx.async_grad_allreduce`` under sequence parallelism; the only async handle
+    is the plain-TP grad all_reduce), and ``GQAQKVLinearWithAsyncCommunication`` the same (its
+    "Asynchronous all-reduce" is a plain ``all_reduce``); the refactored parallel_layers/layers_utils.py
+    (``_linear_autograd_base_setup_bwd``, ``_linear_autograd_bwd_input_grad``) keeps that. Any overlap
+    is then the compiler's schedule of the graph (awsdocs-neuron neuron-runtime/explore/compute-comm-
+    overlap: neuronx-cc places each collective's trigger and wait), which eager ops do not model."""
     import torch
     import torch.distributed as dist
 
@@ -438,7 +449,8 @@ def llama_pretraining_row():
             "recomputed in bwd), NxD Standard Mixed Precision (bf16 weights; RMSNorm in fp32 with fp32 weights; "
             "each bf16 gradient cast and added into an fp32 main_grad every micro-batch, torch_xla ZeRO-1's "
             "grad-acc hook), NxD's vocab-parallel cross-entropy on the shifted fp32 logits; eager elementwise ops, "
-            "not fused as the compiled graph; collectives on trn1.32xlarge per core, each awaited where issued; "
+            "not fused as the compiled graph; collectives on trn1.32xlarge per core, each awaited where issued "
+            "(NxD's sequence-parallel backward holds no async handle; neuronx-cc's own overlap not modelled); "
             "32 layers from 1 and 2; published = 32 DP replicas / 47.95 seq/s per sequence; plus "
             f"{dp_ns / 1e6:.1f} ms per sequence: ZeRO-1's fp32 reduce_scatter + all_gather over DP32 "
             f"({_dp_gradient_ms(TP, DP):.0f} ms per optimizer step on trn1 EFA) shared by the "

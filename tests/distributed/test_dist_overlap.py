@@ -73,3 +73,34 @@ def test_ddp_backward_overlaps_its_bucket_all_reduces(world_64, neuron):
     assert any(op.start_ns < reduces[0].end_ns and op.end_ns > reduces[0].start_ns for op in compute)
     summary = prof.summary
     assert 0 < summary["exposed_communication_time"] < summary["communication_time"]
+
+
+def _gather_or_scatter(name, neuron):
+    """(issue(async_op), collective name) for a sequence-parallel all-gather or reduce-scatter of 1 MiB."""
+    shard, full = torch.ones(1 << 14, device=neuron), torch.ones(64 << 14, device=neuron)
+    if name == "all_gather":
+        return (lambda async_op: dist.all_gather_into_tensor(full, shard, async_op=async_op)), "collective::all_gather"
+    return (lambda async_op: dist.reduce_scatter_tensor(shard, full, async_op=async_op)), "collective::reduce_scatter"
+
+
+@pytest.mark.parametrize("name", ["all_gather", "reduce_scatter"])
+def test_async_gather_or_scatter_runs_beside_an_independent_matmul(world_64, neuron, name):
+    """Megatron's async sequence-parallel backward pattern: issue, matmul, wait -> the longer of the two;
+    issued synchronously the matmul starts only when the collective is done."""
+    issue, op_name = _gather_or_scatter(name, neuron)
+    a = torch.randn(512, 512, device=neuron)
+    with wb.profile() as overlapped:
+        work = issue(async_op=True)
+        a @ a
+        work.wait()
+    with wb.profile() as serial:
+        issue(async_op=False)
+        a @ a
+    for prof in (overlapped, serial):
+        [collective], [mm] = _named(prof, op_name), _named(prof, "aten::mm")
+        if prof is overlapped:
+            assert mm.start_ns < collective.end_ns
+            [wait] = _named(prof, WAIT_OP)
+            assert wait.end_ns == max(collective.end_ns, mm.end_ns)
+        else:
+            assert mm.start_ns >= collective.end_ns
