@@ -66,8 +66,23 @@ class _Timeline:
         return begin, i
 
     def reserve(self, begin: float, duration: float, at: int) -> None:
-        self.starts.insert(at, begin)
-        self.ends.insert(at, begin + duration)
+        self._insert(begin, begin + duration, at)
+
+    def _insert(self, begin: float, end: float, at: int) -> None:
+        """Insert [begin, end) before index ``at``, merged with neighbours it touches: back-to-back
+        transfers keep the list short, so finding a gap stays cheap on a long busy run."""
+        starts, ends = self.starts, self.ends
+        if at and ends[at - 1] == begin:
+            if at < len(starts) and starts[at] == end:      # closes the gap between two intervals
+                ends[at - 1] = ends[at]
+                del starts[at], ends[at]
+            else:
+                ends[at - 1] = end
+        elif at < len(starts) and starts[at] == end:
+            starts[at] = begin
+        else:
+            starts.insert(at, begin)
+            ends.insert(at, end)
 
     def fill(self, ready: float, unit: float, count: int) -> list[tuple[float, float]]:
         """Pieces ``(begin, end)`` holding ``count`` back-to-back transfers of ``unit`` ns from
@@ -91,9 +106,7 @@ class _Timeline:
 
     def reserve_pieces(self, pieces: list[tuple[float, float]]) -> None:
         for begin, end in pieces:
-            at = bisect_left(self.starts, begin)
-            self.starts.insert(at, begin)
-            self.ends.insert(at, end)
+            self._insert(begin, end, bisect_left(self.starts, begin))
 
     def forget_before(self, ns: float) -> None:
         """Drop intervals that end by ``ns`` (nothing placed later can use them)."""

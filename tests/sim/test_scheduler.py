@@ -211,3 +211,21 @@ def test_a_run_of_transfers_takes_the_gaps_around_a_transfer_placed_earlier():
     assert (before.end_ns - before.start_ns) + (after.end_ns - after.start_ns) == pytest.approx(10 * DMA32K)
     assert before.bytes_moved + after.bytes_moved == 10 * 32768
     assert (before.end_ns - before.start_ns) == pytest.approx(7 * DMA32K)     # whole transfers fit before it
+
+
+def test_timeline_merges_back_to_back_intervals_and_still_finds_gaps():
+    """Touching busy intervals are kept as one (a long run of independent loads stays cheap to
+    place), without changing where new work fits."""
+    from backend.sim.scheduler import _Timeline
+
+    line = _Timeline()
+    for k in range(100):
+        begin, at = line.earliest(0.0, 10.0)
+        assert begin == 10.0 * k
+        line.reserve(begin, 10.0, at)
+    assert (line.starts, line.ends) == ([0.0], [1000.0])
+    begin, at = line.earliest(1500.0, 10.0)
+    line.reserve(begin, 10.0, at)                   # a gap 1000..1500 stays open
+    assert line.earliest(0.0, 500.0)[0] == 1000.0 and line.earliest(0.0, 501.0)[0] == 1510.0
+    line.reserve_pieces([(1000.0, 1500.0)])         # filling it joins all three
+    assert (line.starts, line.ends) == ([0.0], [1510.0])
