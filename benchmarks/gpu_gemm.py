@@ -67,15 +67,20 @@ def gpu_fidelity_rows() -> list[dict]:
     ratio shows what the tile model's wave, padding, L2-feed and ramp losses leave of it at the
     best shape: a check of the losses, not an independent prediction of the ceiling.
     """
+    from backend.sim.sensitivity import time_band
+
     rows = []
     for workload, config, shape, published, source in MAMF_RESULTS:
         predicted = gemm_device_tflops(config, shape)
         flops = 2 * shape.m * shape.n * shape.k
+        # the same GEMM re-run with the preset's ASSUMPTION fields at their range ends
+        band = time_band(lambda cfg, s=shape: s.flops / (gemm_device_tflops(cfg, s) * 1e3), config)
         rows.append({"workload": workload, "hardware": config.name, "predicted": predicted,
                      "published": published, "unit": "TFLOP/s", "ratio": predicted / published,
                      "source": source, "flops": flops,
                      # the same comparison as times, for tables of predicted / published time
-                     "predicted_ns": flops / (predicted * 1e3), "published_ns": flops / (published * 1e3)})
+                     "predicted_ns": flops / (predicted * 1e3), "published_ns": flops / (published * 1e3),
+                     "band": band})
     return rows
 
 

@@ -64,8 +64,7 @@ class Row:
 def _timed(name: str, run: Callable[[NeuronConfig], float], target: NeuronConfig, published_ns: float,
            note: str) -> Row:
     band = time_band(run, target)
-    dominant = ", ".join(e.knob.name for e in band.dominant(2))
-    return Row(name, band.nominal_ns, published_ns, band, note + (f"; dominant: {dominant}" if dominant else ""))
+    return Row(name, band.nominal_ns, published_ns, band, note + _dominant_note(band))
 
 
 def _compiled_row(name: str, published_ns: float, runs) -> Row:
@@ -258,8 +257,13 @@ def gpu_rows() -> list[Row]:
     """The GPU table's entries (``benchmarks.gpu_gemm.gpu_fidelity_rows``), as times."""
     from benchmarks.gpu_gemm import gpu_fidelity_rows
 
-    return [Row(f"{r['workload']} ({r['hardware']})", r["predicted_ns"], r["published_ns"], note=r["source"])
-            for r in gpu_fidelity_rows()]
+    return [Row(f"{r['workload']} ({r['hardware']})", r["predicted_ns"], r["published_ns"], r.get("band"),
+                r["source"] + _dominant_note(r.get("band"))) for r in gpu_fidelity_rows()]
+
+
+def _dominant_note(band: TimeBand | None) -> str:
+    names = ", ".join(e.knob.name for e in band.dominant(2)) if band else ""
+    return f"; dominant: {names}" if names else ""
 
 
 def format_table(rows: list[Row]) -> str:

@@ -147,7 +147,10 @@ def test_gpu_fidelity_rows():
     assert [r["hardware"] for r in rows] == ["a100", "gh200"]
     for row in rows:
         assert set(row) == {"workload", "hardware", "predicted", "published", "unit", "ratio", "source",
-                            "flops", "predicted_ns", "published_ns"}
+                            "flops", "predicted_ns", "published_ns", "band"}
+        band = row["band"]
+        assert band.low_ns <= row["predicted_ns"] <= band.high_ns
+        assert band.nominal_ns == pytest.approx(row["predicted_ns"])
         assert row["predicted_ns"] / row["published_ns"] == pytest.approx(row["published"] / row["predicted"])
         assert row["unit"] == "TFLOP/s" and row["ratio"] == pytest.approx(row["predicted"] / row["published"])
         assert "MAMF" in row["source"]
