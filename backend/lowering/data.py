@@ -19,7 +19,8 @@ from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.ir import Program
 from backend.sim.presets import NeuronConfig
 
-__all__ = ["contiguous_run", "run_bytes", "transfer_program", "fallback_program", "fallback_into", "copy_tensor",
+__all__ = ["contiguous_run", "memory_run", "in_memory_order_of", "loads_transposed", "transposed_load_run_bytes", "transpose_stages",
+           "run_bytes", "transfer_program", "fallback_program", "fallback_into", "copy_tensor",
            "base_program", "zero_fill"]
 
 TRANSPOSE_BLOCK = 128           # the PE array's 128x128 (pe_rows x pe_cols)
@@ -38,6 +39,55 @@ def contiguous_run(t: TensorDesc) -> int:
         run *= size
         expected *= size
     return run
+
+
+def memory_run(t: TensorDesc) -> int:
+    """Elements contiguous in memory from the view's stride-1 axis on, in whatever logical order:
+    a transposed or permuted view of a contiguous tensor is as contiguous as the tensor."""
+    if t.strides is None or t.is_contiguous:
+        return max(1, t.numel)
+    run = 1
+    for stride, size in sorted((stride, size) for size, stride in zip(t.shape, t.strides) if size > 1):
+        if stride != run:
+            break
+        run *= size
+    return run
+
+
+def in_memory_order_of(ref: TensorDesc, t: TensorDesc) -> TensorDesc:
+    """``t`` with its axes in the order ``ref``'s lie in memory (outermost first), when ``ref`` is
+    a dense permuted view of the same shape: an elementwise kernel walks its output in memory
+    order, so operands permuted like the output stream contiguously. Otherwise ``t`` itself."""
+    if ref.strides is None or ref.is_contiguous or t.shape != ref.shape or memory_run(ref) != ref.numel:
+        return t
+    order = sorted(range(len(ref.shape)), key=lambda d: (-ref.strides[d], d))
+    strides = t.strides or TensorDesc(t.shape, t.dtype).contiguous_strides()
+    return TensorDesc(tuple(t.shape[d] for d in order), t.dtype, tuple(strides[d] for d in order))
+
+
+def loads_transposed(t: TensorDesc) -> bool:
+    """Whether tiles of ``t`` are loaded in memory order and transposed on TensorE, as a compiler
+    does for a permuted view, rather than DMA'd with one descriptor per short logical run: its runs
+    are under ``data.min_dma_run_bytes`` and memory order is longer."""
+    run = contiguous_run(t)
+    return (run * t.itemsize < assumptions.value("data.min_dma_run_bytes") and t.numel >= TRANSPOSE_BLOCK
+            and memory_run(t) > run)
+
+
+def transposed_load_run_bytes(t: TensorDesc, partitions: int) -> int:
+    """Descriptor bytes of a tile load in memory order, to be transposed on TensorE: each
+    descriptor is one source row of a [partitions x 128] block, as long as memory keeps it whole."""
+    return t.itemsize * max(1, min(partitions, memory_run(t)))
+
+
+def transpose_stages(free: int, dtype: str, out_dtype: str) -> list[Stage]:
+    """TensorE transposes of a [partitions, free] tile in 128x128 blocks into PSUM, then VectorE
+    copies out of PSUM (four blocks an instruction)."""
+    blocks = max(1, free // TRANSPOSE_BLOCK)
+    return [Stage("tensor", "nc_transpose", TRANSPOSE_BLOCK, count=blocks, dtype=dtype, dst="psum",
+                  flops=2 * TRANSPOSE_BLOCK ** 3),
+            Stage("vector", "tensor_copy", min(free, 4 * TRANSPOSE_BLOCK), count=max(1, blocks // 4),
+                  dtype="float32", out_dtype=out_dtype, src="psum")]
 
 
 def run_bytes(t: TensorDesc, tile_row_bytes: int) -> int:
@@ -64,13 +114,10 @@ def copy_tensor(ctx: OpContext, src_index: int, src: TensorDesc, dst: TensorDesc
         ctx.set_ready(0, ids)
         return
     tiles, parts, free = elementwise_tiling(dst.numel, dst.dtype, ctx.target)
-    blocks = max(1, free // TRANSPOSE_BLOCK)
-    stages = [Stage("tensor", "nc_transpose", TRANSPOSE_BLOCK, count=blocks, dtype=src.dtype, dst="psum",
-                    flops=2 * TRANSPOSE_BLOCK ** 3),
-              Stage("vector", "tensor_copy", min(free, 4 * TRANSPOSE_BLOCK), count=max(1, blocks // 4),
-                    dtype="float32", out_dtype=dst.dtype, src="psum")]
-    stream(ctx, tiles=tiles, partitions=parts, stages=stages,
-           loads=[TileIO(src_index, parts * free * src.itemsize, max(src.itemsize, src_run), parts)],
+    # a permuted view loads in memory order (its rows whole); a gather of short runs cannot
+    load_run = transposed_load_run_bytes(src, parts) if loads_transposed(src) else max(src.itemsize, src_run)
+    stream(ctx, tiles=tiles, partitions=parts, stages=transpose_stages(free, src.dtype, dst.dtype),
+           loads=[TileIO(src_index, parts * free * src.itemsize, load_run, parts)],
            stores=[TileIO(0, parts * free * dst.itemsize, run_bytes(dst, free * dst.itemsize), parts)])
 
 

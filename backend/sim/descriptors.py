@@ -39,6 +39,14 @@ class TensorDesc:
     def nbytes(self) -> int:
         return self.numel * self.itemsize
 
+    def contiguous_strides(self) -> tuple[int, ...]:
+        """Row-major strides of this shape."""
+        strides, expected = [], 1
+        for size in reversed(self.shape):
+            strides.append(expected)
+            expected *= size
+        return tuple(reversed(strides))
+
     @property
     def is_contiguous(self) -> bool:
         if self.strides is None:

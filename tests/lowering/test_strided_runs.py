@@ -65,3 +65,47 @@ def test_a_broadcast_input_keeps_the_tiles_rows():
     """An expanded (stride-0) operand is replicated on chip, not gathered one element per descriptor."""
     expanded = TensorDesc((1, 256, 16), "float32", (0, 1, 0))
     assert _dmas(OpRecord(0, "aten::mul", (expanded, CONTIGUOUS), (CONTIGUOUS,)))[0].descriptors == 128
+
+
+# A transposed view of a contiguous [256, 512] fp32 tensor: logically one 4 B run per element, but
+# whole in memory. Kernels load it in memory order and transpose on TensorE, as a compiler does.
+PLAIN_2D = TensorDesc((256, 512), "float32")
+TRANSPOSED_2D = TensorDesc((256, 512), "float32", (1, 256))
+
+
+def test_memory_run_and_order_of_a_permuted_view():
+    from backend.lowering.data import contiguous_run, in_memory_order_of, loads_transposed, memory_run
+
+    assert (contiguous_run(TRANSPOSED_2D), memory_run(TRANSPOSED_2D)) == (1, 256 * 512)
+    assert (contiguous_run(LAST_AXIS_SELECT), memory_run(LAST_AXIS_SELECT)) == (1, 1)   # a gather stays one
+    assert loads_transposed(TRANSPOSED_2D) and not loads_transposed(LAST_AXIS_SELECT)
+    assert not loads_transposed(PLAIN_2D)
+    # walked in the memory order of a transposed output, the transposed input is contiguous
+    assert in_memory_order_of(TRANSPOSED_2D, TRANSPOSED_2D) == TensorDesc((512, 256), "float32", (256, 1))
+    assert in_memory_order_of(TRANSPOSED_2D, PLAIN_2D) == TensorDesc((512, 256), "float32", (1, 512))
+    assert in_memory_order_of(PLAIN_2D, TRANSPOSED_2D) is TRANSPOSED_2D
+
+
+def _tensor_ops(record):
+    return [ins for ins in lower(record, TRN1).instructions if ins.engine == "tensor"]
+
+
+def test_elementwise_with_a_transposed_input_transposes_it_on_tensor_engine():
+    """Loads of the transposed input take one descriptor per 128-element memory row of a block
+    (not one per element), then a TensorE transpose per 128x128 block: 8 blocks."""
+    dmas = _dmas(OpRecord(0, "aten::mul", (TRANSPOSED_2D, PLAIN_2D), (PLAIN_2D,)))
+    assert [(d.nbytes, d.descriptors) for d in dmas] == [(524288, 1024), (524288, 128), (524288, 128)]
+    transposes = _tensor_ops(OpRecord(0, "aten::mul", (TRANSPOSED_2D, PLAIN_2D), (PLAIN_2D,)))
+    assert sum(t.repeat for t in transposes if t.opcode == "nc_transpose") == 8
+
+
+def test_elementwise_walks_a_permuted_output_in_its_memory_order():
+    """Operands permuted like the output stream contiguously: no transposes, one run a row."""
+    record = OpRecord(0, "aten::add", (TRANSPOSED_2D, TRANSPOSED_2D), (TRANSPOSED_2D,))
+    assert [d.descriptors for d in _dmas(record)] == [128, 128, 128]
+    assert not _tensor_ops(record)
+
+
+def test_copy_of_a_transposed_view_loads_memory_rows():
+    (load, store) = _dmas(OpRecord(0, "aten::clone", (TRANSPOSED_2D,), (PLAIN_2D,)))
+    assert (load.descriptors, store.descriptors) == (1024, 128)
