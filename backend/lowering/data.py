@@ -19,7 +19,7 @@ from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.ir import Program
 from backend.sim.presets import NeuronConfig
 
-__all__ = ["contiguous_run", "memory_run", "in_memory_order_of", "loads_transposed", "transposed_load_run_bytes", "transpose_stages",
+__all__ = ["contiguous_run", "memory_run", "broadcast_base", "in_memory_order_of", "loads_transposed", "transposed_load_run_bytes", "transpose_stages",
            "run_bytes", "transfer_program", "fallback_program", "fallback_into", "copy_tensor",
            "base_program", "zero_fill"]
 
@@ -100,9 +100,34 @@ def run_bytes(t: TensorDesc, tile_row_bytes: int) -> int:
     return max(t.itemsize, min(tile_row_bytes, contiguous_run(t) * t.itemsize))
 
 
+def broadcast_base(t: TensorDesc) -> TensorDesc | None:
+    """What an expanded view reads: ``t`` without its stride-0 axes; None when it has none."""
+    if t.strides is None or not any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.strides)):
+        return None
+    kept = [(size, stride) for size, stride in zip(t.shape, t.strides) if stride or size == 1]
+    return TensorDesc(tuple(size for size, _ in kept), t.dtype, tuple(stride for _, stride in kept))
+
+
+def _broadcast_copy(ctx: OpContext, src_index: int, base: TensorDesc, dst: TensorDesc) -> None:
+    """Materialise an expanded view (``expand(...).contiguous()``, the ones ``sum().backward()``
+    starts from): its base read into SBUF once, each output tile built from it on VectorE
+    (casting if needed) and stored, instead of one descriptor per element."""
+    tiles, parts, free = elementwise_tiling(dst.numel, dst.dtype, ctx.target)
+    row = max(base.itemsize, min(free, base.numel) * base.itemsize)
+    stream(ctx, tiles=tiles, partitions=parts,
+           stages=[Stage("vector", "tensor_copy", free, dtype=base.dtype, out_dtype=dst.dtype)],
+           loads=[TileIO(src_index, max(parts * row, base.nbytes), run_bytes(base, row), parts, once=True,
+                         hbm_bytes=base.nbytes)],
+           stores=[TileIO(0, parts * free * dst.itemsize, run_bytes(dst, free * dst.itemsize), parts)])
+
+
 def copy_tensor(ctx: OpContext, src_index: int, src: TensorDesc, dst: TensorDesc) -> None:
     """Copy (and cast) ``src`` into ``dst`` (contiguous, or a strided view ``copy_`` writes into)."""
     if dst.numel == 0:
+        return
+    base = broadcast_base(src)
+    if base is not None and base.nbytes <= ctx.target.sbuf_usable_bytes // 2:
+        _broadcast_copy(ctx, src_index, base, dst)
         return
     src_run = contiguous_run(src) * src.itemsize
     if src_run >= assumptions.value("data.min_dma_run_bytes") or src.numel < TRANSPOSE_BLOCK:

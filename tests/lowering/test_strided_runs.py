@@ -109,3 +109,19 @@ def test_elementwise_walks_a_permuted_output_in_its_memory_order():
 def test_copy_of_a_transposed_view_loads_memory_rows():
     (load, store) = _dmas(OpRecord(0, "aten::clone", (TRANSPOSED_2D,), (PLAIN_2D,)))
     assert (load.descriptors, store.descriptors) == (1024, 128)
+
+
+def test_copy_of_an_expanded_view_reads_its_base_once():
+    """``x.expand(8, 256, 768).contiguous()`` of a [768] fp32 vector: the 3 KiB base loaded once
+    (replicated over partitions), then only the output's bytes are stored, in whole rows."""
+    from backend.lowering.data import broadcast_base
+
+    expanded = TensorDesc((8, 256, 768), "float32", (0, 0, 1))
+    assert broadcast_base(expanded) == TensorDesc((768,), "float32", (1,))
+    assert broadcast_base(PLAIN_2D) is None
+    program = lower(OpRecord(0, "aten::clone", (expanded,), (TensorDesc((8, 256, 768), "float32"),)), TRN1)
+    dmas = [ins for ins in program.instructions if ins.engine == "dma"]
+    load, stores = dmas[0], dmas[1:]
+    assert (load.src, load.traffic["hbm_read_bytes"]) == ("hbm", 768 * 4)
+    assert sum(d.traffic["hbm_write_bytes"] for d in stores) == 8 * 256 * 768 * 4
+    assert all(d.descriptors <= 128 * d.repeat for d in stores)      # a row per partition, not an element
