@@ -9,6 +9,7 @@ usual way to reduce across partitions.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from math import ceil, prod
 
@@ -16,9 +17,11 @@ from backend.lowering.builder import OpContext
 from backend.lowering.data import zero_fill
 from backend.lowering.matmul import gemm
 from backend.lowering.registry import lowering
-from backend.lowering.stream import TileIO, scalar_stage, stream, vector_stage
+from backend.lowering.stream import STREAM_BUFS, TileIO, elementwise_tiling, scalar_stage, stream, vector_stage
 from backend.sim import assumptions
+from backend.sim.costs import instruction_ns
 from backend.sim.descriptors import TensorDesc
+from backend.sim.ir import Instruction
 
 __all__ = ["row_pipeline", "reduced_dims"]
 
@@ -35,15 +38,19 @@ def reduced_dims(t: TensorDesc, attrs: dict) -> tuple[int, ...]:
     return tuple(sorted({d % rank for d in dims})) if rank else ()
 
 
-def row_pipeline(ctx: OpContext, rows: int, width: int, stages: list, *, row_inputs: tuple = (0,),
-                 row_outputs: tuple = (0,), small_outputs: tuple = (), once_inputs: tuple = (),
-                 two_pass: bool = False) -> None:
+def row_pipeline(ctx: OpContext, rows: int, width: int, stages: list | Callable[[int], list], *,
+                 row_inputs: tuple = (0,), row_outputs: tuple = (0,), small_outputs: tuple = (),
+                 once_inputs: tuple = (), two_pass: bool = False) -> None:
     """Rows on partitions, ``width`` elements each.
 
     Rows too long for a few SBUF buffers are cut into chunks and every stage runs per chunk; an
     op that must see the whole row before writing it (``two_pass``: softmax, norms) then
-    streams the row twice, statistics first, then the pass that applies them.
+    streams the row twice, statistics first, then the pass that applies them. ``stages`` is the
+    list for a whole row, or a function of the width it covers (for stages of several
+    instructions per row, such as ``bn_stats``' 512-element pieces, which a chunk needs fewer of).
     """
+    stages_for = stages if callable(stages) else None
+    stages = stages_for(width) if stages_for else stages
     t = ctx.target
     parts = min(t.partitions, max(1, rows))
     widest = max((ctx.inputs[i].itemsize for i in row_inputs if ctx.inputs[i].numel), default=4)
@@ -52,7 +59,8 @@ def row_pipeline(ctx: OpContext, rows: int, width: int, stages: list, *, row_inp
     chunks = ceil(width / chunk)
     passes = 2 if two_pass and chunks > 1 else 1
     if chunks > 1:
-        stages = [replace(st, free_size=chunk) if st.free_size == width else st for st in stages]
+        stages = stages_for(chunk) if stages_for else [replace(st, free_size=chunk) if st.free_size == width else st
+                                                       for st in stages]
     tiles = ceil(rows / parts) * chunks
     loads = [TileIO(i, parts * chunk * ctx.inputs[i].itemsize * passes, chunk * ctx.inputs[i].itemsize, parts)
              for i in row_inputs if ctx.inputs[i].numel]
@@ -89,9 +97,12 @@ def _reduce(ctx: OpContext) -> None:
     name = ctx.record.name.split("::")[-1]
     alu = "max" if name in ("amax", "max", "argmax", "logsumexp") else "min" if name in ("amin", "min", "argmin") else "add"
     if rank and rank - 1 not in dims:
-        # leading-dim reduction: sum columns with a ones-vector matmul on TensorE
         inner = prod(x.shape[max(dims) + 1:]) if dims else 1
         reduced = prod(x.shape[d] for d in dims)
+        if _accumulates_slices(ctx, x, dims, reduced, inner, name):
+            _accumulate_slices(ctx, x, reduced, inner, alu, name == "mean")
+            return
+        # leading-dim reduction: sum columns with a ones-vector matmul on TensorE
         gemm(ctx, batch=1, m=1, k=reduced, n=max(1, x.numel // reduced), a=0, b=0, a_transposed=False,
              b_transposed=inner == 1)
         return
@@ -110,6 +121,46 @@ def _reduce(ctx: OpContext) -> None:
         extra = [scalar_stage(width, x.dtype, "exp", opcode="activation_reduce")]
     stages = [vector_stage("tensor_reduce", width, x.dtype, alu=alu), *extra]
     row_pipeline(ctx, rows, width, stages, row_outputs=(), small_outputs=tuple(range(len(ctx.outputs))))
+
+
+_SLICE_ACCUMULATING = frozenset({"sum", "mean", "nansum", "amax", "amin"})
+
+
+def _accumulates_slices(ctx: OpContext, x: TensorDesc, dims: tuple, reduced: int, inner: int, name: str) -> bool:
+    """Whether reducing adjacent non-last axes of a contiguous tensor ([outer, reduced, inner]) is
+    cheaper as VectorE adds of its ``reduced`` slices, tiled over the [outer, inner] output, than
+    as a ones-vector matmul on TensorE, which uses one output row and ``reduced`` of the 128
+    contraction rows (a sum of 4 slices of 32K elements: 64 matmuls). Both costs come from the
+    instruction formulas."""
+    t = ctx.target
+    if name not in _SLICE_ACCUMULATING or inner < t.partitions or not x.is_contiguous \
+            or tuple(dims) != tuple(range(dims[0], dims[-1] + 1)):
+        return False
+    tiles, _, free = elementwise_tiling(x.numel // reduced, x.dtype, t)
+    if reduced * free * x.itemsize * STREAM_BUFS > t.sbuf_partition_bytes:
+        return False
+    add = Instruction("vector", "tensor_tensor", free_size=free, dtype=x.dtype, attrs={"alu": "add"})
+    vector_ns = tiles * (reduced - 1) * instruction_ns(add, t)
+    n = min(512, inner)
+    ones = Instruction("tensor", "nc_matmul", partitions=min(t.partitions, reduced), free_size=n, stationary_free=1,
+                       dtype=x.dtype)
+    tensor_ns = ceil(reduced / t.partitions) * ceil(x.numel // reduced / n) * instruction_ns(ones, t)
+    return vector_ns < tensor_ns
+
+
+def _accumulate_slices(ctx: OpContext, x: TensorDesc, reduced: int, inner: int, alu: str, mean: bool) -> None:
+    """Tiles of the [outer, inner] output on partitions; per tile, the ``reduced`` input slices
+    loaded (runs of the tile's rows, cut at ``inner``) and folded into one on VectorE; a mean
+    scales the result."""
+    tiles, parts, free = elementwise_tiling(x.numel // reduced, x.dtype, ctx.target)
+    stages = [vector_stage("tensor_tensor", free, x.dtype, 2, count=max(1, reduced - 1), alu=alu)]
+    if mean:
+        stages.append(vector_stage("tensor_scalar", free, x.dtype, alu="multiply"))
+    stores = [TileIO(k, parts * free * out.itemsize, free * out.itemsize, parts)
+              for k, out in enumerate(ctx.outputs) if out.numel]
+    stream(ctx, tiles=tiles, partitions=parts, stages=stages,
+           loads=[TileIO(0, reduced * parts * free * x.itemsize, min(free, inner) * x.itemsize, parts)],
+           stores=stores)
 
 
 @lowering("aten::trace")
@@ -162,9 +213,10 @@ def _layer_norm(ctx: OpContext) -> None:
     width = prod(ctx.attrs.get("normalized_shape", x.shape[-1:])) or 1
     rows = max(1, x.numel // width)
     affine = sum(1 for t in ctx.inputs[1:] if t.numel)
-    stages = [*_norm_stats(width, x.dtype),
-              scalar_stage(width, x.dtype, "identity"),                         # (x - mean) * rstd on ScalarE
-              *[vector_stage("tensor_tensor", width, x.dtype, 2, alu=a) for a in ("multiply", "add")[:affine]]]
+    def stages(w: int) -> list:
+        return [*_norm_stats(w, x.dtype),
+                scalar_stage(w, x.dtype, "identity"),                           # (x - mean) * rstd on ScalarE
+                *[vector_stage("tensor_tensor", w, x.dtype, 2, alu=a) for a in ("multiply", "add")[:affine]]]
     row_pipeline(ctx, rows, width, stages, once_inputs=tuple(range(1, len(ctx.inputs))),
                  small_outputs=(1, 2), two_pass=True)
 
@@ -192,8 +244,8 @@ def _batch_group_norm(ctx: OpContext) -> None:
     else:
         rows = x.shape[1] if len(x.shape) > 1 else 1
     width = max(1, x.numel // max(1, rows))
-    stages = [*_norm_stats(width, x.dtype), scalar_stage(width, x.dtype, "identity")]
-    row_pipeline(ctx, rows, width, stages, small_outputs=tuple(range(1, len(ctx.outputs))), two_pass=True)
+    row_pipeline(ctx, rows, width, lambda w: [*_norm_stats(w, x.dtype), scalar_stage(w, x.dtype, "identity")],
+                 small_outputs=tuple(range(1, len(ctx.outputs))), two_pass=True)
 
 
 @lowering("aten::native_layer_norm_backward", "aten::_fused_rms_norm_backward",

@@ -1,0 +1,48 @@
+"""Reductions pick the engine layout a compiler would, from the instruction formulas: outer-axis
+sums of few large slices add the slices on VectorE (not a 1-row ones-matmul on TensorE), and a
+norm over rows too long for SBUF runs bn_stats per chunk, not per row in every chunk."""
+import pytest
+
+from backend.lowering import lower
+from backend.sim import OpRecord, TensorDesc, get_target
+
+TRN2 = get_target("trn2")
+
+
+def _sum(shape, dims):
+    x = TensorDesc(shape, "float32")
+    out = tuple(1 if d in dims else s for d, s in enumerate(shape))
+    return lower(OpRecord(0, "aten::sum", (x,), (TensorDesc(out, "float32"),), {"dim": list(dims), "keepdim": True}),
+                 TRN2)
+
+
+def _ops(program, engine, opcode=None):
+    return [i for i in program.instructions if i.engine == engine and (opcode is None or i.opcode == opcode)]
+
+
+@pytest.mark.parametrize("shape, dims, adds", [
+    ((4, 128, 256), (0,), 3),            # a [128, 256]-slice bias-style sum over a small batch
+    ((4, 2, 2, 128, 64), (2,), 1),       # GQA's repeat_kv backward: a middle axis of 2
+])
+def test_few_large_slices_are_added_on_vector_engine(shape, dims, adds):
+    program = _sum(shape, dims)
+    assert not _ops(program, "tensor")
+    (add,) = _ops(program, "vector", "tensor_tensor")
+    assert add.repeat % adds == 0 and add.attr("alu") == "add"
+    (load,) = [d for d in _ops(program, "dma") if d.src == "hbm"]
+    assert load.traffic["hbm_read_bytes"] == 4 * (4 * 128 * 256 if len(shape) == 3 else 4 * 2 * 2 * 128 * 64)
+
+
+def test_many_short_rows_still_reduce_across_partitions_on_tensor_engine():
+    program = _sum((512, 256), (0,))          # a bias gradient over 512 tokens
+    assert _ops(program, "tensor", "nc_matmul") and not _ops(program, "vector", "tensor_tensor")
+
+
+def test_chunked_norm_rows_run_bn_stats_per_chunk():
+    """Batch norm over 16 x 64 x 64 = 65,536 elements a channel (too long for SBUF): 128 bn_stats
+    of 512 per channel row, once (16 chunks of 4,096, 8 each), not 128 in every chunk."""
+    x, c = TensorDesc((16, 32, 64, 64), "float32"), TensorDesc((32,), "float32")
+    program = lower(OpRecord(0, "aten::native_batch_norm", (x, c, c, c, c), (x, c, c), {"training": True}), TRN2)
+    stats = _ops(program, "vector", "bn_stats")
+    assert sum(i.repeat for i in stats) == 65536 // 512
+    assert {i.free_size for i in stats} == {512}
