@@ -14,7 +14,8 @@ from dataclasses import replace
 from math import ceil, prod
 
 from backend.lowering.builder import OpContext
-from backend.lowering.data import zero_fill
+from backend.lowering.data import (in_memory_order_of, loads_transposed, memory_run, run_bytes, transpose_stages,
+                                   transposed_load_run_bytes, zero_fill)
 from backend.lowering.matmul import gemm
 from backend.lowering.registry import lowering
 from backend.lowering.stream import STREAM_BUFS, TileIO, elementwise_tiling, scalar_stage, stream, vector_stage
@@ -99,8 +100,11 @@ def _reduce(ctx: OpContext) -> None:
     if rank and rank - 1 not in dims:
         inner = prod(x.shape[max(dims) + 1:]) if dims else 1
         reduced = prod(x.shape[d] for d in dims)
-        if _accumulates_slices(ctx, x, dims, reduced, inner, name):
-            _accumulate_slices(ctx, x, reduced, inner, alu, name == "mean")
+        x_mem, dims_mem, order = _in_memory_order(x, dims)
+        inner_mem = prod(x_mem.shape[max(dims_mem) + 1:])
+        if _accumulates_slices(ctx, x_mem, dims_mem, reduced, inner_mem, name):
+            outs = [_reordered(o, order, dims, keep=len(o.shape) == rank) for o in ctx.outputs]
+            _accumulate_slices(ctx, x_mem, reduced, inner_mem, alu, name == "mean", outs)
             return
         # leading-dim reduction: sum columns with a ones-vector matmul on TensorE
         gemm(ctx, batch=1, m=1, k=reduced, n=max(1, x.numel // reduced), a=0, b=0, a_transposed=False,
@@ -148,16 +152,49 @@ def _accumulates_slices(ctx: OpContext, x: TensorDesc, dims: tuple, reduced: int
     return vector_ns < tensor_ns
 
 
-def _accumulate_slices(ctx: OpContext, x: TensorDesc, reduced: int, inner: int, alu: str, mean: bool) -> None:
+def _in_memory_order(x: TensorDesc, dims: tuple) -> tuple[TensorDesc, tuple, tuple | None]:
+    """A dense permuted view with its axes in memory order, where ``dims`` went, and the order
+    (None when ``x`` is already in it, or is not a permutation of a dense tensor)."""
+    if x.is_contiguous or memory_run(x) != x.numel:
+        return x, dims, None
+    order = tuple(sorted(range(len(x.shape)), key=lambda d: (-x.strides[d], d)))
+    return in_memory_order_of(x, x), tuple(sorted(order.index(d) for d in dims)), order
+
+
+def _reordered(out: TensorDesc, order: tuple | None, dims: tuple, keep: bool) -> TensorDesc:
+    """The output as the input's memory-order walk writes it: its axes in ``order`` (the reduced
+    ones of size 1, put back when the reduction dropped them)."""
+    if order is None:
+        return out
+    strides = out.strides or out.contiguous_strides()
+    shape = list(out.shape)
+    if not keep:
+        for d in dims:
+            shape.insert(d, 1)
+            strides = (*strides[:d], 0, *strides[d:])
+    return TensorDesc(tuple(shape[d] for d in order), out.dtype, tuple(strides[d] for d in order))
+
+
+def _accumulate_slices(ctx: OpContext, x: TensorDesc, reduced: int, inner: int, alu: str, mean: bool,
+                       outs: list[TensorDesc]) -> None:
     """Tiles of the [outer, inner] output on partitions; per tile, the ``reduced`` input slices
     loaded (runs of the tile's rows, cut at ``inner``) and folded into one on VectorE; a mean
-    scales the result."""
+    scales the result. An output laid out in another order than the walk is transposed on
+    TensorE before it is stored."""
     tiles, parts, free = elementwise_tiling(x.numel // reduced, x.dtype, ctx.target)
     stages = [vector_stage("tensor_tensor", free, x.dtype, 2, count=max(1, reduced - 1), alu=alu)]
     if mean:
         stages.append(vector_stage("tensor_scalar", free, x.dtype, alu="multiply"))
-    stores = [TileIO(k, parts * free * out.itemsize, free * out.itemsize, parts)
-              for k, out in enumerate(ctx.outputs) if out.numel]
+    stores = []
+    for k, out in enumerate(outs):
+        if not out.numel:
+            continue
+        if loads_transposed(out):
+            stages += transpose_stages(free, out.dtype, out.dtype)
+            row = transposed_load_run_bytes(out, parts)
+        else:
+            row = run_bytes(out, free * out.itemsize)
+        stores.append(TileIO(k, parts * free * out.itemsize, row, parts))
     stream(ctx, tiles=tiles, partitions=parts, stages=stages,
            loads=[TileIO(0, reduced * parts * free * x.itemsize, min(free, inner) * x.itemsize, parts)],
            stores=stores)
@@ -233,17 +270,28 @@ def _rms_norm(ctx: OpContext) -> None:
                  two_pass=True)
 
 
+def _norm_rows(ctx: OpContext, x: TensorDesc) -> tuple[int, int]:
+    """(rows, width) of a batch norm (a channel a row) or group norm (a sample's group a row).
+
+    Fewer rows than partitions (32 channels) are each split over several partitions, so every
+    lane works; the partial statistics are then combined across partitions, a [128 x 2] ones
+    matmul per row group, which is left out as negligible next to the row passes."""
+    if "group" in ctx.record.name:
+        rows = (x.shape[0] if x.shape else 1) * int(ctx.attrs.get("group", 1) or 1)
+    else:
+        rows = x.shape[1] if len(x.shape) > 1 else 1
+    rows = max(1, rows)
+    width = max(1, x.numel // rows)
+    split = max(1, min(ctx.target.partitions // rows, width // BN_STATS_FMAX))
+    return rows * split, ceil(width / split)
+
+
 @lowering("aten::native_batch_norm", "aten::_native_batch_norm_legit", "aten::native_group_norm",
           "aten::_native_batch_norm_legit_no_training", "aten::_native_batch_norm_legit_functional")
 def _batch_group_norm(ctx: OpContext) -> None:
     """Channels (batch norm) or groups (group norm) on partitions, their elements on the free axis."""
     x = ctx.inputs[0]
-    if "group" in ctx.record.name:
-        groups = int(ctx.attrs.get("group", 1) or 1)
-        rows = (x.shape[0] if x.shape else 1) * groups
-    else:
-        rows = x.shape[1] if len(x.shape) > 1 else 1
-    width = max(1, x.numel // max(1, rows))
+    rows, width = _norm_rows(ctx, x)
     row_pipeline(ctx, rows, width, lambda w: [*_norm_stats(w, x.dtype), scalar_stage(w, x.dtype, "identity")],
                  small_outputs=tuple(range(1, len(ctx.outputs))), two_pass=True)
 
@@ -251,21 +299,30 @@ def _batch_group_norm(ctx: OpContext) -> None:
 @lowering("aten::native_layer_norm_backward", "aten::_fused_rms_norm_backward",
           "aten::native_batch_norm_backward", "aten::native_group_norm_backward")
 def _norm_backward(ctx: OpContext) -> None:
-    """dx per row on Vector/Scalar; dweight/dbias are column sums on TensorE."""
+    """dx per row on Vector/Scalar. Layer/RMS norm: rows are tokens and dweight/dbias column sums
+    on TensorE. Batch/group norm: rows are channels (groups), as in the forward, so the row sums
+    the backward already takes are dweight/dbias."""
     g = ctx.inputs[0]
+    dtype = g.dtype
+
+    def stages(width: int) -> list:
+        return [scalar_stage(width, dtype, "identity"),                            # xhat = (x - mean) * rstd
+                vector_stage("tensor_tensor", width, dtype, 2, alu="multiply"),    # g * w
+                vector_stage("tensor_tensor", width, dtype, 2, alu="multiply"),    # g * w * xhat
+                vector_stage("tensor_reduce", width, dtype, count=2, alu="add"),   # the two row means
+                vector_stage("tensor_tensor", width, dtype, 2, count=2, alu="subtract"),
+                scalar_stage(width, dtype, "identity")]                            # * rstd
+    once = tuple(i for i in range(2, len(ctx.inputs)))
+    if "batch_norm" in ctx.record.name or "group_norm" in ctx.record.name:
+        rows, width = _norm_rows(ctx, g)
+        row_pipeline(ctx, rows, width, stages, row_inputs=(0, 1), row_outputs=(0,), once_inputs=once,
+                     small_outputs=tuple(k for k in (1, 2) if k < len(ctx.outputs)), two_pass=True)
+        return
     width = g.shape[-1] if g.shape else 1
     if "layer_norm" in ctx.record.name:
         width = prod(ctx.attrs.get("normalized_shape", g.shape[-1:])) or 1
     rows = max(1, g.numel // width)
-    dtype = g.dtype
-    stages = [scalar_stage(width, dtype, "identity"),                              # xhat = (x - mean) * rstd
-              vector_stage("tensor_tensor", width, dtype, 2, alu="multiply"),      # g * w
-              vector_stage("tensor_tensor", width, dtype, 2, alu="multiply"),      # g * w * xhat
-              vector_stage("tensor_reduce", width, dtype, count=2, alu="add"),     # the two row means
-              vector_stage("tensor_tensor", width, dtype, 2, count=2, alu="subtract"),
-              scalar_stage(width, dtype, "identity")]                              # * rstd
-    row_pipeline(ctx, rows, width, stages, row_inputs=(0, 1), row_outputs=(0,),
-                 once_inputs=tuple(i for i in range(2, len(ctx.inputs))), two_pass=True)
+    row_pipeline(ctx, rows, width, stages, row_inputs=(0, 1), row_outputs=(0,), once_inputs=once, two_pass=True)
     mask = ctx.attrs.get("output_mask", (True, True, True))
     for k in (1, 2):
         if k < len(ctx.outputs) and ctx.outputs[k].numel and (len(mask) <= k or mask[k]):

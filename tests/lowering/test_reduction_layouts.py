@@ -38,11 +38,33 @@ def test_many_short_rows_still_reduce_across_partitions_on_tensor_engine():
     assert _ops(program, "tensor", "nc_matmul") and not _ops(program, "vector", "tensor_tensor")
 
 
-def test_chunked_norm_rows_run_bn_stats_per_chunk():
-    """Batch norm over 16 x 64 x 64 = 65,536 elements a channel (too long for SBUF): 128 bn_stats
-    of 512 per channel row, once (16 chunks of 4,096, 8 each), not 128 in every chunk."""
+def test_batch_norm_splits_few_channels_over_partitions_and_runs_bn_stats_per_chunk():
+    """Batch norm of [16, 32, 64, 64]: 32 channels split 4 ways fill the 128 partitions, 16,384
+    elements a row, too long for SBUF: 32 bn_stats of 512 a row in all (8 in each of 4 chunks),
+    not a whole row's worth in every chunk."""
     x, c = TensorDesc((16, 32, 64, 64), "float32"), TensorDesc((32,), "float32")
     program = lower(OpRecord(0, "aten::native_batch_norm", (x, c, c, c, c), (x, c, c), {"training": True}), TRN2)
     stats = _ops(program, "vector", "bn_stats")
-    assert sum(i.repeat for i in stats) == 65536 // 512
-    assert {i.free_size for i in stats} == {512}
+    assert sum(i.repeat for i in stats) == 16384 // 512
+    assert {i.free_size for i in stats} == {512} and {i.partitions for i in stats} == {128}
+
+
+def test_batch_norm_backward_takes_channel_rows_and_no_column_matmuls():
+    """dweight/dbias of a batch norm are the per-channel row sums the backward already takes."""
+    x, c = TensorDesc((16, 32, 64, 64), "float32"), TensorDesc((32,), "float32")
+    program = lower(OpRecord(0, "aten::native_batch_norm_backward", (x, x, c, c, c, c, c), (x, c, c),
+                             {"train": True, "eps": 1e-5, "output_mask": [True, True, True]}), TRN2)
+    assert not _ops(program, "tensor")
+    assert {i.partitions for i in _ops(program, "vector", "tensor_reduce")} == {128}
+
+
+def test_sum_over_a_permuted_view_walks_memory_order():
+    """GQA's repeat_kv backward on K's gradient (last two axes transposed): the reduced axis is
+    still an outer one in memory, so the slices are added on VectorE, read in whole tile rows,
+    and the result is transposed on TensorE to the output's layout."""
+    x = TensorDesc((4, 2, 2, 128, 64), "float32", (32768, 16384, 8192, 1, 128))
+    program = lower(OpRecord(0, "aten::sum", (x,), (TensorDesc((4, 2, 1, 128, 64), "float32"),),
+                             {"dim": [2], "keepdim": True}), TRN2)
+    assert not _ops(program, "tensor", "nc_matmul") and _ops(program, "tensor", "nc_transpose")
+    load = next(d for d in _ops(program, "dma") if d.src == "hbm")
+    assert (load.descriptors, load.nbytes // load.descriptors) == (2 * 128, 512 * 4)   # a 2 KiB row per slice a partition
