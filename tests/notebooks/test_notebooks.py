@@ -32,7 +32,7 @@ FACTS = {
                                     "what-if change", "simulated on trn2:", "dominant assumption",
                                     "from v6e's timing error band"], [PLOTLY]),
     "06_migration_report.ipynb": (["Migration report: Sequential (inference, batch 16) on trn2 vs h100",
-                                   "fall back to the host (aten::_fft_r2c", "3x3 conv: 0 host fallback op(s)",
+                                   "op types fall back to the host (aten::_fft_", "3x3 conv: 0 host fallback op(s)",
                                    "1 graph break(s)", "fits; largest batch that fits",
                                    "tokens per dollar on v6e than on h100", "tpu v6e"], [WIDGET, PLOTLY]),
     "07_llama_from_a_laptop.ipynb": (["timing-only: shapes, no values", "OutOfMemoryError: neuron out of memory",
