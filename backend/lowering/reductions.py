@@ -63,8 +63,16 @@ def row_pipeline(ctx: OpContext, rows: int, width: int, stages: list | Callable[
         stages = stages_for(chunk) if stages_for else [replace(st, free_size=chunk) if st.free_size == width else st
                                                        for st in stages]
     tiles = ceil(rows / parts) * chunks
-    loads = [TileIO(i, parts * chunk * ctx.inputs[i].itemsize * passes, chunk * ctx.inputs[i].itemsize, parts)
-             for i in row_inputs if ctx.inputs[i].numel]
+    loads = []
+    for i in row_inputs:
+        t_in = ctx.inputs[i]
+        if not t_in.numel:
+            continue
+        row_bytes = chunk * t_in.itemsize
+        if loads_transposed(t_in):      # rows along a permuted view's strided axis: transpose on TensorE
+            stages = transpose_stages(chunk, t_in.dtype, t_in.dtype) + list(stages)
+            row_bytes = transposed_load_run_bytes(t_in, parts)
+        loads.append(TileIO(i, parts * chunk * t_in.itemsize * passes, row_bytes, parts))
     loads += [TileIO(i, parts * min(width, ctx.inputs[i].numel) * ctx.inputs[i].itemsize,
                      min(width, ctx.inputs[i].numel) * ctx.inputs[i].itemsize, parts, once=True,
                      hbm_bytes=ctx.inputs[i].nbytes) for i in once_inputs if ctx.inputs[i].numel]

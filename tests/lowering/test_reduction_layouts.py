@@ -68,3 +68,19 @@ def test_sum_over_a_permuted_view_walks_memory_order():
     assert not _ops(program, "tensor", "nc_matmul") and _ops(program, "tensor", "nc_transpose")
     load = next(d for d in _ops(program, "dma") if d.src == "hbm")
     assert (load.descriptors, load.nbytes // load.descriptors) == (2 * 128, 512 * 4)   # a 2 KiB row per slice a partition
+
+
+def test_row_ops_over_a_permuted_view_transpose_their_rows_on_tensor_engine():
+    """A softmax over the last axis of ``x.t()``: its rows are columns in memory, so each tile is
+    loaded in memory order (512 B a descriptor for fp32) and transposed on TensorE first, where
+    it used to be costed as if the rows were contiguous."""
+    plain, transposed = TensorDesc((1024, 1024), "float32"), TensorDesc((1024, 1024), "float32", (1, 1024))
+
+    def softmax(x):
+        return lower(OpRecord(0, "aten::_softmax", (x,), (plain,), {"dim": -1}), TRN2)
+
+    assert not _ops(softmax(plain), "tensor")
+    program = softmax(transposed)
+    assert _ops(program, "tensor", "nc_transpose")
+    load = next(d for d in _ops(program, "dma") if d.src == "hbm")
+    assert load.nbytes // load.descriptors == 128 * 4
