@@ -19,8 +19,8 @@ from backend.sim.descriptors import OpRecord, TensorDesc
 from backend.sim.ir import Program
 from backend.sim.presets import NeuronConfig
 
-__all__ = ["contiguous_run", "memory_run", "broadcast_base", "in_memory_order_of", "loads_transposed", "transposed_load_run_bytes", "transpose_stages",
-           "run_bytes", "transfer_program", "fallback_program", "fallback_into", "copy_tensor",
+__all__ = ["contiguous_run", "memory_run", "memory_order", "permute_axes", "in_memory_order_of", "broadcast_base",
+           "loads_transposed", "transposed_load_run_bytes", "transpose_stages", "run_bytes", "transfer_program", "fallback_program", "fallback_into", "copy_tensor",
            "base_program", "zero_fill"]
 
 TRANSPOSE_BLOCK = 128           # the PE array's 128x128 (pe_rows x pe_cols)
@@ -54,15 +54,25 @@ def memory_run(t: TensorDesc) -> int:
     return run
 
 
-def in_memory_order_of(ref: TensorDesc, t: TensorDesc) -> TensorDesc:
-    """``t`` with its axes in the order ``ref``'s lie in memory (outermost first), when ``ref`` is
-    a dense permuted view of the same shape: an elementwise kernel walks its output in memory
-    order, so operands permuted like the output stream contiguously. Otherwise ``t`` itself."""
-    if ref.strides is None or ref.is_contiguous or t.shape != ref.shape or memory_run(ref) != ref.numel:
-        return t
-    order = sorted(range(len(ref.shape)), key=lambda d: (-ref.strides[d], d))
-    strides = t.strides or TensorDesc(t.shape, t.dtype).contiguous_strides()
+def memory_order(t: TensorDesc) -> tuple[int, ...] | None:
+    """The axes of a dense permuted view, outermost in memory first; None when ``t`` is
+    contiguous already or is not a permutation of a dense tensor."""
+    if t.strides is None or t.is_contiguous or memory_run(t) != t.numel:
+        return None
+    return tuple(sorted(range(len(t.shape)), key=lambda d: (-t.strides[d], d)))
+
+
+def permute_axes(t: TensorDesc, order: tuple[int, ...]) -> TensorDesc:
+    """``t`` described with its axes in ``order`` (the same bytes, walked in another order)."""
+    strides = t.strides or t.contiguous_strides()
     return TensorDesc(tuple(t.shape[d] for d in order), t.dtype, tuple(strides[d] for d in order))
+
+
+def in_memory_order_of(order: tuple[int, ...] | None, ref: TensorDesc, t: TensorDesc) -> TensorDesc:
+    """``t`` walked in ``order``, the memory order of ``ref`` (a dense permuted view of the same
+    shape): an elementwise kernel walks its output in memory order, so operands permuted like the
+    output stream contiguously. ``t`` itself when there is no order or the shapes differ."""
+    return t if order is None or t.shape != ref.shape else permute_axes(t, order)
 
 
 def loads_transposed(t: TensorDesc) -> bool:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from backend.lowering.builder import OpContext
-from backend.lowering.data import (in_memory_order_of, loads_transposed, run_bytes, transpose_stages,
-                                   transposed_load_run_bytes)
+from backend.lowering.data import (in_memory_order_of, loads_transposed, memory_order, run_bytes,
+                                   transpose_stages, transposed_load_run_bytes)
 from backend.lowering.registry import lowering
 from backend.lowering.stream import Stage, TileIO, elementwise_tiling, scalar_stage, stream, vector_stage
 from backend.sim.descriptors import TensorDesc
@@ -71,11 +71,12 @@ def elementwise(ctx: OpContext, stages_for: StageFn, *, read_inputs: bool = True
     dtype = ctx.inputs[0].dtype if ctx.inputs else ref.dtype
     tiles, parts, free = elementwise_tiling(numel, ref.dtype, ctx.target)
     tile_elems = parts * free
+    order = memory_order(ref)           # a permuted output is walked in its memory order
     loads, full_inputs, transposes = [], 0, []
     for i, t in enumerate(ctx.inputs if read_inputs else ()):
         if t.numel == 0:
             continue
-        t = in_memory_order_of(ref, t)
+        t = in_memory_order_of(order, ref, t)
         if t.numel >= numel:
             scale = t.numel // numel        # > 1 when the op shrinks its input (glu's two halves)
             if loads_transposed(t):         # a permuted view: memory order, then TensorE transposes
@@ -94,7 +95,7 @@ def elementwise(ctx: OpContext, stages_for: StageFn, *, read_inputs: bool = True
             loads.append(TileIO(i, share, max(t.itemsize, share // parts), parts))
     # an in-place op that reports no outputs writes its first input back
     outs = ctx.outputs or (ctx.inputs[:1] if ctx.record.name.endswith("_") else ())
-    stores = [TileIO(k, tile_elems * o.itemsize, run_bytes(in_memory_order_of(ref, o), free * o.itemsize), parts)
+    stores = [TileIO(k, tile_elems * o.itemsize, run_bytes(in_memory_order_of(order, ref, o), free * o.itemsize), parts)
               for k, o in enumerate(outs) if o.numel >= numel]
     return stream(ctx, tiles=tiles, partitions=parts, stages=transposes + stages_for(free, dtype, full_inputs, ctx),
                   loads=loads, stores=stores)

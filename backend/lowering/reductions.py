@@ -14,7 +14,7 @@ from dataclasses import replace
 from math import ceil, prod
 
 from backend.lowering.builder import OpContext
-from backend.lowering.data import (in_memory_order_of, loads_transposed, memory_run, run_bytes, transpose_stages,
+from backend.lowering.data import (loads_transposed, memory_order, permute_axes, run_bytes, transpose_stages,
                                    transposed_load_run_bytes, zero_fill)
 from backend.lowering.matmul import gemm
 from backend.lowering.registry import lowering
@@ -163,10 +163,10 @@ def _accumulates_slices(ctx: OpContext, x: TensorDesc, dims: tuple, reduced: int
 def _in_memory_order(x: TensorDesc, dims: tuple) -> tuple[TensorDesc, tuple, tuple | None]:
     """A dense permuted view with its axes in memory order, where ``dims`` went, and the order
     (None when ``x`` is already in it, or is not a permutation of a dense tensor)."""
-    if x.is_contiguous or memory_run(x) != x.numel:
+    order = memory_order(x)
+    if order is None:
         return x, dims, None
-    order = tuple(sorted(range(len(x.shape)), key=lambda d: (-x.strides[d], d)))
-    return in_memory_order_of(x, x), tuple(sorted(order.index(d) for d in dims)), order
+    return permute_axes(x, order), tuple(sorted(order.index(d) for d in dims)), order
 
 
 def _reordered(out: TensorDesc, order: tuple | None, dims: tuple, keep: bool) -> TensorDesc:
@@ -174,13 +174,13 @@ def _reordered(out: TensorDesc, order: tuple | None, dims: tuple, keep: bool) ->
     ones of size 1, put back when the reduction dropped them)."""
     if order is None:
         return out
-    strides = out.strides or out.contiguous_strides()
-    shape = list(out.shape)
     if not keep:
+        strides, shape = list(out.strides or out.contiguous_strides()), list(out.shape)
         for d in dims:
             shape.insert(d, 1)
-            strides = (*strides[:d], 0, *strides[d:])
-    return TensorDesc(tuple(shape[d] for d in order), out.dtype, tuple(strides[d] for d in order))
+            strides.insert(d, 0)
+        out = TensorDesc(tuple(shape), out.dtype, tuple(strides))
+    return permute_axes(out, order)
 
 
 def _accumulate_slices(ctx: OpContext, x: TensorDesc, reduced: int, inner: int, alu: str, mean: bool,

@@ -64,7 +64,7 @@ class Row:
 def _timed(name: str, run: Callable[[NeuronConfig], float], target: NeuronConfig, published_ns: float,
            note: str) -> Row:
     band = time_band(run, target)
-    return Row(name, band.nominal_ns, published_ns, band, note + _dominant_note(band))
+    return Row(name, band.nominal_ns, published_ns, band, note + scaleout.dominant_note(band))
 
 
 def _compiled_row(name: str, published_ns: float, runs) -> Row:
@@ -138,27 +138,26 @@ def _mamba_v1_rates(target: NeuronConfig) -> str:
 
 
 def _bracket_row(name: str, published_ns: float, run_low: Callable[[NeuronConfig], float],
-                 run_high: Callable[[NeuronConfig], float], target: NeuronConfig, note: str) -> Row:
+                 run_high: Callable[[NeuronConfig], float], target: NeuronConfig,
+                 note: str | Callable[[float, float], str]) -> Row:
     """A row whose workload is known only up to a choice the source leaves open: predicted as
-    ``low..high`` and banded over both ends."""
+    ``low..high`` and banded over both ends. ``note`` may be a function of the two predictions."""
     fast, slow = time_band(run_low, target), time_band(run_high, target)
     band = TimeBand(fast.nominal_ns, min(fast.low_ns, slow.low_ns), max(fast.high_ns, slow.high_ns),
                     tuple(sorted(fast.effects + slow.effects, key=lambda e: -e.swing_ns)))
-    dominant = ", ".join(dict.fromkeys(e.knob.name for e in band.dominant(3)))
-    return Row(name, fast.nominal_ns, published_ns, band, note + (f"; dominant: {dominant}" if dominant else ""),
+    text = note(fast.nominal_ns, slow.nominal_ns) if callable(note) else note
+    return Row(name, fast.nominal_ns, published_ns, band, text + scaleout.dominant_note(band, 3),
                predicted_high_ns=slow.nominal_ns)
 
 
 def _bracket(name: str, variant: str, target: NeuronConfig, gap: str) -> Row:
     published_ns = _TUTORIAL_PUBLISHED_NS[variant]
     nbytes = _tutorial_hbm_bytes(variant, target)
-    low = kernels.tutorial_variant_ns(variant, target, True)
-    high = kernels.tutorial_variant_ns(variant, target, False)
     return _bracket_row(name, published_ns, lambda t: kernels.tutorial_variant_ns(variant, t, True),
                         lambda t: kernels.tutorial_variant_ns(variant, t, False), target,
-                        f"two buffers..one buffer per loop tile; {nbytes / 2**20:.0f} MiB of HBM traffic: "
-                        f"{nbytes / published_ns:.0f} GB/s published, {nbytes / low:.0f}..{nbytes / high:.0f} "
-                        f"GB/s predicted; {gap}")
+                        lambda low, high: f"two buffers..one buffer per loop tile; {nbytes / 2**20:.0f} MiB of HBM "
+                                          f"traffic: {nbytes / published_ns:.0f} GB/s published, {nbytes / low:.0f}.."
+                                          f"{nbytes / high:.0f} GB/s predicted; {gap}")
 
 
 def _mamba_kernel_rows(target: NeuronConfig) -> list[Row]:
@@ -178,13 +177,15 @@ def _mamba_kernel_rows(target: NeuronConfig) -> list[Row]:
             rows.append(_timed(name, run[False], target, case.published_ns, note + "; loads reissued per state, "
                                "as written, so deltaU cannot be hoisted"))
             continue
-        if case.variant == "v2":
+        def bracket_note(hoisted: float, as_written: float, case=case, note=note) -> str:
+            text = "deltaU hoisted out of the state loop..per state as written; " + note
+            if case.variant != "v2":
+                return text
             v1_ns = mamba_kernel.mamba_kernel_ns(v1_4k, target, False)
-            note += (f"; the published v1/v2 speed-up at 4096 channels ({v1_4k.published_ns / case.published_ns:.2f}x) "
-                     f"needs the hoist: predicted {v1_ns / run[True](target):.2f}x with it, "
-                     f"{v1_ns / run[False](target):.2f}x without")
-        rows.append(_bracket_row(name, case.published_ns, run[True], run[False], target,
-                                 "deltaU hoisted out of the state loop..per state as written; " + note))
+            return text + (f"; the published v1/v2 speed-up at 4096 channels "
+                           f"({v1_4k.published_ns / case.published_ns:.2f}x) needs the hoist: predicted "
+                           f"{v1_ns / hoisted:.2f}x with it, {v1_ns / as_written:.2f}x without")
+        rows.append(_bracket_row(name, case.published_ns, run[True], run[False], target, bracket_note))
     return rows
 
 
@@ -261,12 +262,7 @@ def gpu_rows() -> list[Row]:
     from benchmarks.gpu_gemm import gpu_fidelity_rows
 
     return [Row(f"{r['workload']} ({r['hardware']})", r["predicted_ns"], r["published_ns"], r.get("band"),
-                r["source"] + _dominant_note(r.get("band"))) for r in gpu_fidelity_rows()]
-
-
-def _dominant_note(band: TimeBand | None) -> str:
-    names = ", ".join(e.knob.name for e in band.dominant(2)) if band else ""
-    return f"; dominant: {names}" if names else ""
+                r["source"] + scaleout.dominant_note(r.get("band"))) for r in gpu_fidelity_rows()]
 
 
 def format_table(rows: list[Row]) -> str:

@@ -74,16 +74,18 @@ TRANSPOSED_2D = TensorDesc((256, 512), "float32", (1, 256))
 
 
 def test_memory_run_and_order_of_a_permuted_view():
-    from backend.lowering.data import contiguous_run, in_memory_order_of, loads_transposed, memory_run
+    from backend.lowering.data import contiguous_run, in_memory_order_of, loads_transposed, memory_order, memory_run
 
     assert (contiguous_run(TRANSPOSED_2D), memory_run(TRANSPOSED_2D)) == (1, 256 * 512)
     assert (contiguous_run(LAST_AXIS_SELECT), memory_run(LAST_AXIS_SELECT)) == (1, 1)   # a gather stays one
     assert loads_transposed(TRANSPOSED_2D) and not loads_transposed(LAST_AXIS_SELECT)
     assert not loads_transposed(PLAIN_2D)
     # walked in the memory order of a transposed output, the transposed input is contiguous
-    assert in_memory_order_of(TRANSPOSED_2D, TRANSPOSED_2D) == TensorDesc((512, 256), "float32", (256, 1))
-    assert in_memory_order_of(TRANSPOSED_2D, PLAIN_2D) == TensorDesc((512, 256), "float32", (1, 512))
-    assert in_memory_order_of(PLAIN_2D, TRANSPOSED_2D) is TRANSPOSED_2D
+    order = memory_order(TRANSPOSED_2D)
+    assert in_memory_order_of(order, TRANSPOSED_2D, TRANSPOSED_2D) == TensorDesc((512, 256), "float32", (256, 1))
+    assert in_memory_order_of(order, TRANSPOSED_2D, PLAIN_2D) == TensorDesc((512, 256), "float32", (1, 512))
+    assert memory_order(PLAIN_2D) is None
+    assert in_memory_order_of(memory_order(PLAIN_2D), PLAIN_2D, TRANSPOSED_2D) is TRANSPOSED_2D
 
 
 def _tensor_ops(record):
