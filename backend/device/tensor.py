@@ -100,6 +100,20 @@ class DeviceTensor(torch.Tensor):
         storage._host = self._inner
         return storage
 
+    def data_ptr(self) -> int:
+        if self._inner.is_meta:
+            # 0 would read as "no storage" and make every timing-only tensor look shared.
+            raise no_values_error("Tensor.data_ptr()")
+        return super().data_ptr()
+
+    def __format__(self, format_spec: str) -> str:
+        # As torch.Tensor formats a 0-dim CPU/CUDA tensor: as its number (f"{loss:.4f}").
+        if self.dim() == 0 and self._inner.__class__ is torch.Tensor:
+            if self._inner.is_meta:
+                raise no_values_error("formatting a tensor's value (f\"{t:.4f}\")")
+            return self.detach().item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
     def tolist(self):
         return self.cpu().tolist()
 
