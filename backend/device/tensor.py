@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from . import fake_values
 from .device_module import check_device
 from .freed_storage import freed_storage_error
 from .memory import POOLS
@@ -65,6 +66,10 @@ class DeviceTensor(torch.Tensor):
             # Debuggers, tracebacks and containers call repr: say what it is, show no values.
             return (f"tensor(<no values: timing-only>, size={tuple(self.shape)}, device='{self.device}', "
                     f"dtype={self.dtype})")
+        source = fake_values.origin(self._inner) if fake_values.STATE.any else None
+        if source is not None:
+            return (f"tensor(<no values: written by {source}>, size={tuple(self.shape)}, "
+                    f"device='{self.device}', dtype={self.dtype})")
         freed = STATE.freed.shortfall(self._inner) if STATE.freed.any else None
         if freed is not None:
             return (f"tensor(<storage freed: resized to {freed[0]} bytes>, size={tuple(self.shape)}, "
@@ -85,6 +90,9 @@ class DeviceTensor(torch.Tensor):
     def __str__(self) -> str:
         if self._inner.is_meta:
             raise no_values_error("printing a tensor")
+        source = fake_values.origin(self._inner) if fake_values.STATE.any else None
+        if source is not None:
+            raise fake_values.error("printing a tensor", source)
         freed = STATE.freed.shortfall(self._inner) if STATE.freed.any else None
         if freed is not None:
             raise freed_storage_error("printing a tensor", self.device, *freed)
