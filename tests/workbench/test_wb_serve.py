@@ -77,3 +77,20 @@ def test_layers_extrapolate_and_tp_adds_two_all_reduces_per_layer():
 def test_serve_needs_a_causal_lm_config():
     with pytest.raises(TypeError, match="needs a Hugging Face causal LM or its config"):
         wb.serve(torch.nn.Linear(4, 4), [(0.0, 4, 4)], target="trn2")
+
+
+def test_folded_decode_attention_computes_what_hugging_face_computes():
+    from transformers import LlamaForCausalLM
+
+    from workbench.serving.attention import register
+    torch.manual_seed(0)
+    reference = LlamaForCausalLM(TINY).eval()
+    folded = LlamaForCausalLM._from_config(TINY, attn_implementation=register()).eval()
+    folded.load_state_dict(reference.state_dict())
+    prompt, step = torch.randint(0, 1024, (2, 7)), torch.randint(0, 1024, (2, 1))
+    with torch.no_grad():
+        outs = []
+        for model in (reference, folded):
+            first = model(prompt, use_cache=True)
+            outs.append(model(step, past_key_values=first.past_key_values).logits)
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-4)

@@ -31,7 +31,7 @@ import torch
 from backend.sim.collectives import collective_cost
 from backend.sim.presets import get_target
 from backend.sim.serving import Iteration
-from workbench.serving.kv_slots import slot_cache
+from workbench.serving.kv_slots import slot_bytes_per_token, slot_cache
 from workbench.serving.model_shapes import build_timing_only, model_shape, shard_config
 
 __all__ = ["IterationCosts", "device_of", "tp_topology"]
@@ -102,6 +102,8 @@ class IterationCosts:
         self.measurements: list[dict] = []
         self.measure_s = 0.0
         self._prefill = self._decode = None
+        self._simulated: dict = {}
+        self._slot_tokens = None
 
     # --- direct simulation ------------------------------------------------------------------------
     def _forward_s(self, layers: int, batch: int, cached: int, new: int) -> float:
@@ -122,22 +124,51 @@ class IterationCosts:
         nbytes = tokens * self.shape.hidden_size * self.shape.dtype_bytes
         return 2 * self.shape.num_layers * collective_cost("all_reduce", nbytes, self.tp, self.topology).time_ns * 1e-9
 
+    def slot_tokens(self) -> int:
+        """The most cached tokens (batch x context) a measurement holds: 70% of what the simulated
+        device holding the model's buffers has free, per token one layer's KV and the copies
+        attention makes of it (grouped-query K and V repeated per query head, in fp32)."""
+        if self._slot_tokens is None:
+            free = torch.neuron.mem_get_info()[0]
+            target = get_target(self.target)
+            if target.kind == "neuron":       # the profile runs on this core: its memory bounds the buffers
+                free = min(free, target.hbm_bytes - torch.neuron.memory_allocated())
+            config = self._models[1].config
+            copies = 1 + 4 * config.num_attention_heads // config.num_key_value_heads
+            self._slot_tokens = int(0.7 * free // (copies * slot_bytes_per_token(config, self.dtype)))
+        return self._slot_tokens
+
     def simulate(self, batch: int, cached: int, new: int) -> float:
         """Seconds of one forward of ``batch`` sequences, ``new`` tokens each over ``cached`` ones,
         on every layer of one device, plus the tensor-parallel all-reduces."""
+        key = (batch, cached, new)
+        if key in self._simulated:
+            return self._simulated[key]
         started = time.perf_counter()
         one = self._forward_s(1, batch, cached, new)
         per_layer = self._forward_s(2, batch, cached, new) - one if 2 in self._models else one
         self.measure_s += time.perf_counter() - started
         seconds = one + (self.shape.num_layers - 1) * per_layer + self.allreduce_s(batch * new)
         self.measurements.append({"batch": batch, "cached": cached, "new_tokens": new, "seconds": seconds})
+        self._simulated[key] = seconds
         return seconds
 
     def prefill_direct(self, tokens: int, cached: int = 0) -> float:
         return self.simulate(1, cached, tokens)
 
     def decode_direct(self, batch: int, context: int) -> float:
-        return self.simulate(batch, context - 1, 1)
+        """A decode step; a batch whose cache would not fit the measurement's buffers adds to the
+        step at a short context the context-dependent part of a smaller batch, scaled by the
+        batch ratio (attention reads grow with batch x context)."""
+        if batch * context <= self.slot_tokens():
+            return self.simulate(batch, context - 1, 1)
+        short = self.decode_contexts[0]
+        fits = 1 << max(0, (self.slot_tokens() // context).bit_length() - 1)
+        if fits * context > self.slot_tokens():
+            raise ValueError(f"a context of {context} tokens does not fit the measurement's KV buffers on "
+                             f"{self.target} ({self.slot_tokens()} tokens)")
+        extra = self.simulate(fits, context - 1, 1) - self.simulate(fits, short - 1, 1)
+        return self.simulate(batch, short - 1, 1) + batch / fits * extra
 
     # --- the grid ---------------------------------------------------------------------------------
     def build(self) -> "IterationCosts":

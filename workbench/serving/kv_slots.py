@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-__all__ = ["slot_cache"]
+__all__ = ["slot_cache", "slot_bytes_per_token"]
 
 
 class _SlotLayer(DynamicLayer):
@@ -31,10 +31,18 @@ class _SlotLayer(DynamicLayer):
 
 
 def slot_cache(config, batch: int, cached: int, new: int, dtype: torch.dtype, device="neuron") -> DynamicCache:
-    """A cache of ``batch`` sequences holding ``cached`` tokens with room for ``new`` more, per layer."""
+    """A cache of ``batch`` sequences holding ``cached`` tokens with room for ``new`` more, per layer.
+
+    The layers share one pair of buffers: timing-only tensors hold no values, every layer still
+    reads and writes its own slots in the trace, and the simulated device holds one layer's KV."""
     heads, head_dim = config.num_key_value_heads, config.head_dim
+    keys = torch.empty(batch, heads, cached + new, head_dim, dtype=dtype, device=device)
+    values = torch.empty(batch, heads, cached + new, head_dim, dtype=dtype, device=device)
     cache = DynamicCache()
-    cache.layers = [_SlotLayer(torch.empty(batch, heads, cached + new, head_dim, dtype=dtype, device=device),
-                               torch.empty(batch, heads, cached + new, head_dim, dtype=dtype, device=device), cached)
-                    for _ in range(config.num_hidden_layers)]
+    cache.layers = [_SlotLayer(keys, values, cached) for _ in range(config.num_hidden_layers)]
     return cache
+
+
+def slot_bytes_per_token(config, dtype: torch.dtype) -> int:
+    """Bytes :func:`slot_cache` allocates per cached token (keys and values of one layer)."""
+    return 2 * config.num_key_value_heads * config.head_dim * torch.tensor([], dtype=dtype).element_size()

@@ -69,7 +69,7 @@ def summarize(run: ServingRun, slo=None) -> dict:
         "throughput_tokens_per_s": per_s(output_tokens),
         "total_tokens_per_s": per_s(output_tokens + sum(r.prompt_tokens for r in done)),
         "requests_per_s": per_s(len(done)),
-        "goodput_requests_per_s": per_s(good),
+        "goodput_requests_per_s": per_s(int(good)),
         "slo_attainment": good / len(done) if done else float("nan"),
         "audio_seconds_per_s": per_s(audio) if audio else float("nan"),
         "preemptions": sum(r.preemptions for r in run.requests),
