@@ -64,6 +64,7 @@ _LAZY = {
     "assumption": "workbench.hardware",
     "serve": "workbench.serving",
     "ServingResult": "workbench.serving",
+    "serve_sweep": "workbench.serving",
 }
 __all__ = ["__version__", "figures", "serving", *_LAZY]
 

@@ -5,6 +5,7 @@ builders are re-exported here for notebooks."""
 from backend.sim.serving import SLO, Request, SchedulerConfig, gamma_requests, poisson_requests, trace_requests
 from workbench.serving.iteration_costs import IterationCosts
 from workbench.serving.service import ServingResult, serve
+from workbench.serving.sweep import cheapest, serve_sweep
 
-__all__ = ["serve", "ServingResult", "IterationCosts", "SchedulerConfig", "SLO", "Request", "poisson_requests",
+__all__ = ["serve", "ServingResult", "serve_sweep", "cheapest", "IterationCosts", "SchedulerConfig", "SLO", "Request", "poisson_requests",
            "gamma_requests", "trace_requests"]
