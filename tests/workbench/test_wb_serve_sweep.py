@@ -26,6 +26,16 @@ def test_sweep_rows_and_cheapest_configuration():
     assert wb.serving.cheapest(frame, min_slo_attainment=1.01).empty
 
 
+def test_a_configuration_that_does_not_fit_is_a_row_with_the_reason():
+    big = LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=32)      # 13.5 GB of bf16 weights
+    frame = wb.serve_sweep(big, {"rate_per_s": [1.0], "target": ["trn2"], "tp": [1]},
+                           requests={"count": 2, "prompt_tokens": 16, "output_tokens": 2}, parallel=False,
+                           progress=False, check=False)
+    assert "no memory left for the KV cache" in frame["error"][0]
+    assert wb.serving.cheapest(frame, min_slo_attainment=0.0).empty
+
+
 def test_sweep_needs_rates():
     with pytest.raises(ValueError, match="rate_per_s"):
         wb.serve_sweep(TINY, {"target": ["h100"]}, requests={"count": 2})

@@ -21,6 +21,7 @@ them together) plus the context-dependent part of the decodes' attention.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from bisect import bisect_right
@@ -91,8 +92,8 @@ class IterationCosts:
         self.target, self.tp, self.dtype = get_target(target).name, tp, dtype
         self.device = device_of(target)
         self.topology = tp_topology(target, tp) if tp > 1 else None
-        self._models = {k: build_timing_only(shard_config(model_or_config, tp, k), dtype)
-                        for k in sorted({1, min(2, self.shape.num_layers)})}
+        self._configs = {k: shard_config(model_or_config, tp, k) for k in sorted({1, min(2, self.shape.num_layers)})}
+        self._models: dict = {}       # built while measuring, released after (they hold simulated HBM)
         self.prefill_tokens = _powers(16, max(16, token_budget))
         self.prefill_cached = _powers(max_model_len // 4, max_model_len) if chunked_prefill else [0]
         if chunked_prefill:
@@ -106,9 +107,20 @@ class IterationCosts:
         self._slot_tokens = None
 
     # --- direct simulation ------------------------------------------------------------------------
+    def _model(self, layers: int):
+        if layers not in self._models:
+            self._models[layers] = build_timing_only(self._configs[layers], self.dtype)
+        return self._models[layers]
+
+    def release(self) -> None:
+        """Drop the measurement models: timing-only tensors hold no host memory but do hold the
+        simulated device's, which the next model measured in this session needs."""
+        self._models.clear()
+        gc.collect()
+
     def _forward_s(self, layers: int, batch: int, cached: int, new: int) -> float:
         import workbench as wb
-        model = self._models[layers]
+        model = self._model(layers)
         with torch.neuron.timing_only():
             cache = slot_cache(model.config, batch, cached, new, self.dtype)
             ids = torch.zeros(batch, new, dtype=torch.long, device="neuron")
@@ -133,7 +145,8 @@ class IterationCosts:
             target = get_target(self.target)
             if target.kind == "neuron":       # the profile runs on this core: its memory bounds the buffers
                 free = min(free, target.hbm_bytes - torch.neuron.memory_allocated())
-            config = self._models[1].config
+            self._model(1)
+            config = self._configs[1]
             copies = 1 + 4 * config.num_attention_heads // config.num_key_value_heads
             self._slot_tokens = int(0.7 * free // (copies * slot_bytes_per_token(config, self.dtype)))
         return self._slot_tokens
@@ -146,7 +159,7 @@ class IterationCosts:
             return self._simulated[key]
         started = time.perf_counter()
         one = self._forward_s(1, batch, cached, new)
-        per_layer = self._forward_s(2, batch, cached, new) - one if 2 in self._models else one
+        per_layer = self._forward_s(2, batch, cached, new) - one if 2 in self._configs else one
         self.measure_s += time.perf_counter() - started
         seconds = one + (self.shape.num_layers - 1) * per_layer + self.allreduce_s(batch * new)
         self.measurements.append({"batch": batch, "cached": cached, "new_tokens": new, "seconds": seconds})
@@ -176,6 +189,7 @@ class IterationCosts:
         if self._prefill is None:
             self._prefill = [[self.prefill_direct(n, c) for c in self.prefill_cached] for n in self.prefill_tokens]
             self._decode = [[self.decode_direct(b, c) for c in self.decode_contexts] for b in self.decode_batches]
+            self.release()
             log.info("measured %d iteration shapes of %s on %s (tp=%d) in %.1f s", len(self.measurements),
                      self.shape.name, self.target, self.tp, self.measure_s)
         return self
@@ -224,4 +238,5 @@ class IterationCosts:
                 predicted, simulated = fast(a, b), direct(a, b)
                 rows.append({"kind": kind, "size": a, "context": b, "interpolated_s": predicted,
                              "simulated_s": simulated, "error_percent": 100 * (predicted / simulated - 1)})
+        self.release()
         return rows

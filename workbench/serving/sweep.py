@@ -31,12 +31,17 @@ def _load(requests, rate_per_s: float):
 
 
 def run_group(model_or_config, points: list[dict], requests, serve_options: dict) -> list[dict]:
-    """Serve every point of one (target, tp) group; one summary row per point."""
+    """Serve every point of one (target, tp) group; one summary row per point (a configuration
+    the model does not fit gets a row whose ``error`` says why)."""
     rows = []
     for point in points:
         options = {**serve_options, **{k: v for k, v in point.items() if k != "rate_per_s"}}
-        result = serve(model_or_config, _load(requests, point["rate_per_s"]), **options)
-        rows.append({**point, **result.summary})
+        try:
+            result = serve(model_or_config, _load(requests, point["rate_per_s"]), **options)
+        except ValueError as exc:           # weights and activations leave no KV cache, tp does not divide
+            rows.append({**point, "error": str(exc)})
+            continue
+        rows.append({**point, **result.summary, "error": ""})
     return rows
 
 
@@ -88,7 +93,10 @@ def serve_sweep(model_or_config, grid: Mapping[str, Sequence], *, requests: dict
 def cheapest(frame: pd.DataFrame, min_slo_attainment: float = 0.9, by: str = "rate_per_s") -> pd.DataFrame:
     """Per value of ``by``, the configuration with the lowest USD per 1M tokens among those whose
     share of requests meeting the SLO is at least ``min_slo_attainment`` (rates none meets: absent)."""
-    meeting = frame[(frame["slo_attainment"] >= min_slo_attainment) & (frame["rejected"] == 0)]
+    served = frame[frame["error"] == ""] if "error" in frame else frame
+    if served.empty:
+        return served
+    meeting = served[(served["slo_attainment"] >= min_slo_attainment) & (served["rejected"] == 0)]
     if meeting.empty:
         return meeting
     return meeting.loc[meeting.groupby(by)["usd_per_1m_tokens"].idxmin()].reset_index(drop=True)
