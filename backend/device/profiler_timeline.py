@@ -20,13 +20,13 @@ KIND_CODES = {"compute": 0, "copy": 1, "collective": 2}
 
 def kernel_name(name: str, kind: str, transfer: str | None = None) -> str:
     """What a simulated op is called as device work in a Kineto-style trace. Collectives take
-    NCCL's kernel names (``ncclDevKernel_AllReduce``) and copies CUPTI's (``Memcpy HtoD``), the
+    NCCL's kernel names (``ncclKernel_AllReduce``) and copies CUPTI's (``Memcpy HtoD``), the
     names Holistic Trace Analysis sorts into COMMUNICATION and MEMORY (it knows no others); an
     eager op's kernel is ``neuron::<op>``, apart from the ``aten::<op>`` that launched it; a
     compiled kernel keeps its name."""
     if is_collective(name):
         collective = name.removeprefix(COLLECTIVE_PREFIX)
-        return f"ncclDevKernel_{''.join(part.title() for part in collective.split('_'))} ({name}, simulated)"
+        return f"ncclKernel_{''.join(part.title() for part in collective.split('_'))} ({name}, simulated)"
     if kind == "transfer":
         return f"Memcpy {'DtoH' if transfer == 'd2h' else 'HtoD'} (neuron, simulated)"
     if kind in ("op", "fallback"):

@@ -131,7 +131,7 @@ def test_an_error_in_the_profiled_block_leaves_the_device_usable(neuron):
 def test_kernel_names_are_the_ones_trace_tools_classify():
     assert kernel_name("aten::addmm", "op") == "neuron::addmm"
     assert kernel_name("aten::nonzero", "fallback") == "neuron::nonzero (host fallback)"
-    assert kernel_name("collective::all_reduce", "op").startswith("ncclDevKernel_AllReduce ")
+    assert kernel_name("collective::all_reduce", "op").startswith("ncclKernel_AllReduce ")
     assert kernel_name("aten::_to_copy", "transfer", "h2d").startswith("Memcpy HtoD ")
     assert kernel_name("aten::_to_copy", "transfer", "d2h").startswith("Memcpy DtoH ")
     assert kernel_name("fused_add_mul_0", "kernel") == "fused_add_mul_0"
