@@ -28,7 +28,8 @@ def kernel_name(name: str, kind: str, transfer: str | None = None) -> str:
         collective = name.removeprefix(COLLECTIVE_PREFIX)
         return f"ncclKernel_{''.join(part.title() for part in collective.split('_'))} ({name}, simulated)"
     if kind == "transfer":
-        return f"Memcpy {'DtoH' if transfer == 'd2h' else 'HtoD'} (neuron, simulated)"
+        direction = {"h2d": " HtoD", "d2h": " DtoH"}.get(transfer, "")     # unknown: no direction
+        return f"Memcpy{direction} (neuron, simulated)"
     if kind in ("op", "fallback"):
         kernel = f"neuron::{name.split('::', 1)[-1]}"
         return f"{kernel} (host fallback)" if kind == "fallback" else kernel

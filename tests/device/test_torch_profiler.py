@@ -134,4 +134,5 @@ def test_kernel_names_are_the_ones_trace_tools_classify():
     assert kernel_name("collective::all_reduce", "op").startswith("ncclKernel_AllReduce ")
     assert kernel_name("aten::_to_copy", "transfer", "h2d").startswith("Memcpy HtoD ")
     assert kernel_name("aten::_to_copy", "transfer", "d2h").startswith("Memcpy DtoH ")
+    assert kernel_name("aten::_to_copy", "transfer") == "Memcpy (neuron, simulated)"
     assert kernel_name("fused_add_mul_0", "kernel") == "fused_add_mul_0"
