@@ -12,6 +12,9 @@ Layout of the file (Trace Event Format, JSON object form):
   (``backend.device.profiler_timeline.kernel_name``). Their times are on the whole-microsecond
   grid, each boundary moved by at most 0.5 us: HTA rounds finer times itself (start up, end
   down), which turns sub-microsecond kernels inside out and trips its temporal breakdown;
+- steps marked with ``Profile.step()`` are ``ProfilerStep#<n>`` spans (cat ``user_annotation``, as
+  Kineto writes torch.profiler's) on pid 2's tid 0, on the same microsecond grid: HTA gives
+  every op and kernel the iteration of the step it ran in;
 - top-level ``deviceProperties``, ``schemaVersion`` and ``distributedInfo`` (rank, world_size,
   backend; written with a space after each colon, as HTA finds the rank with ``"rank":\s+``)
   so Perfetto and HTA accept it, and a ``workbench`` key with the header, op records, summary
@@ -186,6 +189,14 @@ def _distributed_info(profile) -> dict:
     return dict(profile.meta.get("distributed") or distributed_info() or SINGLE_PROCESS)
 
 
+def _step_events(profile) -> list:
+    """``ProfilerStep#<n>`` from the end of the step before (or the start) to the end of step n."""
+    ends = [int(round(ns / 1000.0)) for ns in profile.meta.get("step_ends_ns") or ()]
+    return [{"ph": "X", "name": f"ProfilerStep#{n}", "cat": "user_annotation", "pid": OPS_PID, "tid": 0,
+             "ts": start, "dur": end - start, "args": {}}
+            for n, (start, end) in enumerate(zip([0, *ends], ends))]
+
+
 def chrome_trace_dict(profile, *, max_events: int | None = None, full: bool = False) -> dict:
     """The trace file's content as a dict (see the module docstring)."""
     trace = profile.trace
@@ -197,12 +208,15 @@ def chrome_trace_dict(profile, *, max_events: int | None = None, full: bool = Fa
     op_events, lanes = _op_events(profile.ops) if len(profile.ops) else ([], 0)
     device = f"{trace.device_kind} {trace.target} (simulated)"
     kernel_events = _kernel_events(profile.ops) if len(profile.ops) else []
+    op_threads = {i + 1: "ops" if i == 0 else f"ops (lane {i + 1})" for i in range(lanes)}
+    if profile.meta.get("step_ends_ns"):
+        op_threads[0] = "steps"
     events = (_metadata(DEVICE_PID, device, {tid: e for e, tid in tids.items()})
-              + _metadata(OPS_PID, "ops and kernels", {i + 1: "ops" if i == 0 else f"ops (lane {i + 1})"
-                                                       for i in range(lanes)})
+              + _metadata(OPS_PID, "ops and kernels", op_threads)
               + _metadata(KERNELS_PID, f"{device}: kernels per op (whole microseconds, for HTA)",
                           {COMPUTE_STREAM: "stream 1 (compute)", COLLECTIVE_STREAM: "stream 2 (collectives)"})
-              + _instruction_events(profile, agg, tids, names) + op_events + kernel_events + _counter_events(profile))
+              + _instruction_events(profile, agg, tids, names) + op_events + kernel_events + _step_events(profile)
+              + _counter_events(profile))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",

@@ -160,6 +160,8 @@ class ProfileSession:
         self.sampler = _Sampler(self.sink, RUNS_ON.get(self.device, self.device), self.on_op)
         self._stack.enter_context(recording(self.sampler, with_source=self.source))   # shares the simulator's record
         self._start = time.perf_counter()
+        from backend.device.events import simulated_clock_ns
+        self.profile._step_clock = lambda: simulated_clock_ns(self.sink)
         return self.profile
 
     def _graphs(self) -> list:
@@ -171,6 +173,7 @@ class ProfileSession:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         wall = time.perf_counter() - self._start
+        self.profile._step_clock = None
         self._stack.close()
         if self._previous_target is not None:
             import backend.device as device_layer

@@ -1,6 +1,6 @@
 """One rank of the two-rank job ``test_hta_ranks`` starts with torchrun: a DDP training step as
 the PyTorch tutorials write it, traced by torch.profiler (with a step schedule) and by
-wb.profile, each rank writing ``<out>/torch/rank<r>.json`` and ``<out>/wb/rank<r>.json``."""
+wb.profile (steps marked as torch.profiler marks them), each rank writing ``<out>/torch/rank<r>.json`` and ``<out>/wb/rank<r>.json``."""
 import sys
 from pathlib import Path
 
@@ -35,7 +35,9 @@ def main(out: Path) -> None:
             train_step()
             prof.step()
     with wb.profile() as simulated:
-        train_step()
+        for _ in range(4):
+            train_step()
+            simulated.step()
     simulated.export_chrome_trace(out / "wb" / f"rank{rank}.json")
     dist.destroy_process_group()
 

@@ -95,3 +95,12 @@ def torchrun_traces(tmp_path_factory):
 @pytest.mark.parametrize("kind", ["wb", "torch"])
 def test_hta_reads_both_ranks_of_a_torchrun_job(torchrun_traces, kind):
     _check(_analyses(torchrun_traces / kind), [0, 1])
+
+
+@pytest.mark.slow
+def test_hta_finds_stragglers_among_the_steps_of_the_workbench_traces(torchrun_traces):
+    analyzer = hta.TraceAnalysis(trace_dir=str(torchrun_traces / "wb"))
+    # Four marked steps; HTA leaves out the last, and its straggler metric reads steps after the first.
+    assert analyzer.t.get_iterations(0) == analyzer.t.get_iterations(1) == [0, 1, 2]
+    stragglers = analyzer.get_potential_stragglers(num_candidates=1)
+    assert len(stragglers) == 1 and stragglers[0] in (0, 1)

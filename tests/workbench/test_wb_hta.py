@@ -108,3 +108,29 @@ def test_hta_analyses_run_on_the_exported_trace(hta, tmp_path):
     assert len(kernel_types)
     assert len(analyzer.get_idle_time_breakdown(visualize=False)[0])
     assert len(analyzer.get_comm_comp_overlap(visualize=False))
+
+
+def test_steps_marked_in_a_profile_are_the_profiler_steps_hta_reads(hta, tmp_path):
+    import torch
+    import workbench as wb
+
+    a = torch.randn(128, 128, device="neuron")
+    with wb.profile() as prof:
+        for _ in range(3):
+            a = torch.tanh(a @ a)
+            prof.step()
+    with pytest.raises(RuntimeError, match="inside its 'with wb.profile"):
+        prof.step()
+    ends = prof.meta["step_ends_ns"]
+    assert len(ends) == 3 and ends == sorted(ends) and ends[-1] == prof.trace.ops[-1].end_ns
+    prof.export_chrome_trace(tmp_path / "rank0.json")
+    steps = [e for e in json.loads((tmp_path / "rank0.json").read_text())["traceEvents"]
+             if e.get("name", "").startswith("ProfilerStep#")]
+    assert [(e["name"], e["cat"]) for e in steps] == [(f"ProfilerStep#{n}", "user_annotation") for n in range(3)]
+    assert [e["ts"] + e["dur"] for e in steps] == [round(ns / 1000) for ns in ends]
+    analyzer = hta.TraceAnalysis(trace_dir=str(tmp_path), include_last_profiler_step=True)
+    frame, symbols = analyzer.t.get_trace(0), analyzer.t.symbol_table.get_sym_table()
+    kernels = frame[frame["stream"].gt(0)]
+    # Each step's matmul and tanh kernels carry that step's iteration.
+    assert [(symbols[name], it) for name, it in zip(kernels["name"], kernels["iteration"])] == [
+        (kernel, n) for n in range(3) for kernel in ("neuron::mm", "neuron::tanh")]
