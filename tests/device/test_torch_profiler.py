@@ -136,3 +136,17 @@ def test_kernel_names_are_the_ones_trace_tools_classify():
     assert kernel_name("aten::_to_copy", "transfer", "d2h").startswith("Memcpy DtoH ")
     assert kernel_name("aten::_to_copy", "transfer") == "Memcpy (neuron, simulated)"
     assert kernel_name("fused_add_mul_0", "kernel") == "fused_add_mul_0"
+
+
+def test_compiled_kernels_are_device_work_of_the_compiled_region(neuron):
+    model = torch.compile(_model(neuron), backend="neuron")
+    x = torch.randn(8, 64, device=neuron)
+    model(x)                                            # compiles outside the profile
+    with profile(activities=DEVICE_ACTIVITIES) as prof:
+        with wb.profile() as sim:
+            model(x)
+    kernels = [e.name for e in _device_events(prof)]
+    assert kernels and kernels == [name for name, kind in zip(sim.ops["name"], sim.ops["kind"]) if kind == "kernel"]
+    averages = {a.key: a for a in prof.key_averages()}
+    assert averages["CompiledFunction"].self_device_time_total == pytest.approx(
+        sum(averages[name].self_device_time_total for name in set(kernels)), abs=1e-3)
