@@ -63,7 +63,7 @@ thread_local std::vector<uint64_t> correlation_stack;
 // "PythonSubclass" record PyTorch wraps around a tensor subclass's __torch_dispatch__ (the aten
 // op the user called is the one around it).
 const libkineto::ITraceActivity* owner(const std::array<uint64_t, 4>& enclosing,
-                                                          const libkineto::getLinkedActivityCallback& linked) {
+                                       const libkineto::getLinkedActivityCallback& linked) {
   for (uint64_t id : enclosing) {
     if (id == 0) break;
     const libkineto::ITraceActivity* op = linked(static_cast<int32_t>(id));
@@ -132,13 +132,12 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
     processTrace(logger, [](int32_t) -> const libkineto::ITraceActivity* { return nullptr; }, 0, 0);
   }
 
-  void processTrace(libkineto::ActivityLogger& logger, libkineto::getLinkedActivityCallback linked,
-                    int64_t start_ns, int64_t end_ns) override {
+  void processTrace(libkineto::ActivityLogger& logger, libkineto::getLinkedActivityCallback linked, int64_t,
+                    int64_t) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (ops_.empty()) return;
     // Simulated zero is when the first op was launched (it starts at its launch).
     const int64_t origin = ops_.front().launch_begin_ns - std::llround(ops_.front().sim_start_ns);
-    span_ = std::make_unique<libkineto::TraceSpan>(start_ns, end_ns, "neuron");
     const bool runtime = types_.count(ActivityType::PRIVATEUSE1_RUNTIME) > 0;
     for (const DeviceOp& op : ops_) {
       const ActivityType type = op.kind == kCopy ? ActivityType::GPU_MEMCPY : ActivityType::CONCURRENT_KERNEL;
@@ -146,7 +145,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
       const libkineto::ITraceActivity* cpu_op = owner(op.enclosing, linked);
       const int32_t launch_id = next_launch++;
       if (runtime) {
-        libkineto::GenericTraceActivity launch(*span_, ActivityType::PRIVATEUSE1_RUNTIME, launch_name(op.kind));
+        libkineto::GenericTraceActivity launch(span(), ActivityType::PRIVATEUSE1_RUNTIME, launch_name(op.kind));
         launch.startTime = op.launch_begin_ns;
         launch.endTime = op.launch_end_ns;
         launch.device = op.host_pid;
@@ -160,7 +159,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         launch.addMetadata("correlation", launch_id);
         launch.log(logger);
       }
-      libkineto::GenericTraceActivity work(*span_, type, op.name);
+      libkineto::GenericTraceActivity work(span(), type, op.name);
       work.startTime = origin + std::llround(op.sim_start_ns);
       work.endTime = origin + std::llround(op.sim_end_ns);
       work.device = op.device;
@@ -204,6 +203,11 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
 
  private:
   static constexpr int64_t kSortAfterHost = 0x1000000;   // device rows below the host's
+  // The span the activities point to; the trace keeps copies of them after the session is gone.
+  static const libkineto::TraceSpan& span() {
+    static const libkineto::TraceSpan* const span = new libkineto::TraceSpan(0, 0, "neuron");
+    return *span;
+  }
   static const char* launch_name(int kind) {
     return kind == kCopy ? "neuronMemcpy" : kind == kCollective ? "neuronCollective" : "neuronLaunchKernel";
   }
@@ -212,7 +216,6 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
   std::mutex mutex_;
   std::vector<DeviceOp> ops_;
   std::set<int> devices_;
-  std::unique_ptr<libkineto::TraceSpan> span_;   // activities keep a pointer to it
 };
 
 class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
