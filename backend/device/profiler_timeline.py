@@ -41,18 +41,25 @@ class DeviceTimeline(EagerSession):
     code, start_ns, end_ns, launched_ns)`` at once, on the thread that issued it, and is then
     dropped (the session keeps no rows, so a long profile does not grow it). Compiled kernels
     reach it through ``feed_program``; ``launched_ns`` is the host clock (ns since the epoch)
-    when the op was handed to the simulator."""
+    when the op was handed to the simulator. Without ``report`` only its clock (``now_ns``)
+    advances. ``expired()``, asked before each op, ends the timeline's part: once it returns True
+    the op is not timed (whoever passed it unsubscribes the timeline)."""
 
-    def __init__(self, target, report) -> None:
+    def __init__(self, target, report=None, *, expired=None) -> None:
         super().__init__(target, max_events=0)
         self._report = report
+        self._expired = expired
 
     def feed(self, record) -> None:
+        if self._expired is not None and self._expired():
+            return
         launched = time.time_ns()
         super().feed(record)
         self._drain(record.transfer, launched)
 
     def feed_program(self, program):
+        if self._expired is not None and self._expired():
+            return None
         launched = time.time_ns()
         summary = super().feed_program(program)
         self._drain(None, launched)
@@ -60,10 +67,11 @@ class DeviceTimeline(EagerSession):
 
     def _drain(self, transfer: str | None, launched_ns: int) -> None:
         rows = self.trace.ops
-        for row in rows:
-            if row.kind not in NOT_DEVICE_WORK:
-                self._report(kernel_name(row.name, row.kind, transfer), _kind_code(row), float(row.start_ns),
-                             float(row.end_ns), launched_ns)
+        if self._report is not None:
+            for row in rows:
+                if row.kind not in NOT_DEVICE_WORK:
+                    self._report(kernel_name(row.name, row.kind, transfer), _kind_code(row), float(row.start_ns),
+                                 float(row.end_ns), launched_ns)
         rows.clear()
 
 

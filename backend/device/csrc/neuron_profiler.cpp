@@ -19,10 +19,18 @@
 //   here also computes every value on the CPU and is far slower than a real one, so kernels may
 //   sit before their launch on the host track; their durations are exact simulated times.
 //
+// The legacy profiler (torch.autograd.profiler.profile(use_device="neuron"), use_kineto=False:
+// PyTorch's KINETO_PRIVATEUSE1_FALLBACK) instead asks the ProfilerStubs registered with
+// registerPrivateUse1Methods for an event at each op's start and end, and takes the time between
+// them as the op's device time; here an event is the simulated clock (Python's `sim_clock`, which
+// starts a simulator for the profile if none runs), so an op's device time is the simulated time
+// of the device work it issued, its children's included, as CUDA events measure it.
+//
 // Plain C entry points (loaded with ctypes) keep pybind11 out of the build, as neuron_hooks.cpp;
 // it is built with USE_KINETO (torch's Kineto headers) and FMT_HEADER_ONLY (Kineto's activities
 // format their metadata with fmt, which libtorch does not export).
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
+#include <torch/csrc/profiler/stubs/base.h>
 
 #include <libkineto.h>
 
@@ -48,6 +56,8 @@ enum Stream { kComputeStream = 1, kCollectiveStream = 2 };
 using SessionFn = void (*)();
 SessionFn on_start = nullptr;
 SessionFn on_stop = nullptr;
+using ClockFn = double (*)();
+ClockFn sim_clock = nullptr;   // the simulated clock (ns) of the profile recording now
 std::string device_label = "neuron (simulated)";   // e.g. "neuron (simulated trn2)"
 
 int64_t now_ns() {
@@ -247,14 +257,41 @@ class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
                                      ActivityType::PRIVATEUSE1_RUNTIME};
 };
 
+// The legacy profiler's device events: a time on the simulated clock.
+struct NeuronStubs final : torch::profiler::impl::ProfilerStubs {
+  void record(c10::DeviceIndex* device, torch::profiler::impl::ProfilerVoidEventStub* event,
+              int64_t* cpu_ns) const override {
+    if (device != nullptr) *device = 0;
+    if (event != nullptr) {
+      auto time = std::make_shared<double>(sim_clock != nullptr ? sim_clock() : 0.0);
+      *event = std::shared_ptr<void>(time, time.get());
+    }
+    if (cpu_ns != nullptr) *cpu_ns = now_ns();
+  }
+  float elapsed(const torch::profiler::impl::ProfilerVoidEventStub* start,
+                const torch::profiler::impl::ProfilerVoidEventStub* end) const override {   // microseconds
+    return static_cast<float>((*static_cast<const double*>(end->get()) - *static_cast<const double*>(start->get())) /
+                              1000.0);
+  }
+  void mark(const char*) const override {}
+  void rangePush(const char*) const override {}
+  void rangePop() const override {}
+  bool enabled() const override { return true; }
+  void onEachDevice(std::function<void(int)> op) const override { op(0); }
+  void synchronize() const override {}   // ops finish when they return
+};
+
 }  // namespace
 
 REGISTER_PRIVATEUSE1_PROFILER(NeuronActivityProfiler);
 
-// Python's session callbacks.
-extern "C" void neuron_profiler_install(SessionFn start, SessionFn stop) {
+// Python's session callbacks and the legacy profiler's clock; registers the legacy stubs.
+extern "C" void neuron_profiler_install(SessionFn start, SessionFn stop, ClockFn simulated_clock) {
   on_start = start;
   on_stop = stop;
+  sim_clock = simulated_clock;
+  static NeuronStubs stubs;
+  torch::profiler::impl::registerPrivateUse1Methods(&stubs);
 }
 
 // The device's name in the trace (its process name and deviceProperties).
