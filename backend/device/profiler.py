@@ -39,6 +39,8 @@ import torch
 
 from backend import recording
 
+from .native_hooks import build_library, native_current_device
+
 __all__ = ["install_profiler", "profiler_installed"]
 
 logger = logging.getLogger(__name__)
@@ -64,7 +66,10 @@ STATE = _State()
 
 
 def _report(name: str, kind: int, start_ns: float, end_ns: float, launched_ns: int) -> None:
-    STATE.library.neuron_profiler_op(name.encode(), kind, 0, start_ns, end_ns, launched_ns)
+    # The NeuronCore is the issuing thread's current one (a rank's bound core; the autograd
+    # engine's worker selects the device of the backward it runs).
+    STATE.library.neuron_profiler_op(name.encode(), kind, native_current_device() or 0, start_ns, end_ns,
+                                     launched_ns)
 
 
 def _subscribe(report=None, expired=None):
@@ -122,8 +127,6 @@ def install_profiler() -> bool:
     """
     if STATE.library is not None:
         return True
-    from .native_hooks import build_library
-
     kineto = Path(torch.__file__).parent / "include" / "kineto"
     try:
         library = ctypes.CDLL(build_library(SOURCE, LIBRARY_NAME, cflags=("-DUSE_KINETO", "-DFMT_HEADER_ONLY"),

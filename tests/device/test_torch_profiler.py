@@ -179,3 +179,14 @@ def test_the_legacy_profiler_times_ops_on_the_simulated_clock(neuron):
     assert all(row.cpu_time_total >= 0 for row in legacy.key_averages())
     torch.relu(a)                   # the legacy profile's simulator leaves at the next op
     assert not recording.STREAM.sinks
+
+
+def test_kernels_are_on_the_track_of_the_core_that_ran_them(neuron):
+    try:
+        torch.neuron.set_device(1)
+        x = torch.randn(8, 8, device="neuron")
+        with profile(activities=DEVICE_ACTIVITIES) as prof:
+            torch.relu(x)
+    finally:
+        torch.neuron.set_device(0)
+    assert [(e.name, e.device_index) for e in _device_events(prof)] == [("neuron::relu", 1)]
