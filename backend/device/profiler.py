@@ -22,7 +22,7 @@ op around the device work (``PythonSubclass``), as CUDA event pairs do.
 
 What the numbers are: each op's device time is its simulated duration on the NeuronCore, so
 ``key_averages()``' device times sum to the simulated busy time of the run (the ``wb.profile``
-total less any time the compute stream idled waiting for a collective). Views cost nothing and
+total less the time the device sat idle, waiting for a launch or a collective). Views cost nothing and
 are not reported; collectives run on their own stream (2) beside compute (stream 1). Device
 times are on the simulator's clock, whose zero is the first op's launch: the host track is the
 real host, which computes every value on the CPU, so kernels usually end long before the host
