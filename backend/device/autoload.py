@@ -5,13 +5,20 @@ installs made before that module existed name this one as the entry point).
 registering it renames PrivateUse1, which makes it ``torch.accelerator.current_accelerator()``
 for the whole process (PyTorch picks a renamed PrivateUse1 before anything else), so CPU-only
 scripts in the same environment would otherwise find their meshes and defaults on ``neuron``.
+
+A process that asked also tells Hugging Face: ``accelerate`` and ``transformers`` recognise a
+device named ``neuron`` only when AWS's ``torch_neuronx`` is importable, and otherwise place
+``Trainer``/``Accelerator`` work on CPU; both take the device from ``$ACCELERATE_TORCH_DEVICE``
+when it is set (``PartialState``, ``TrainingArguments._setup_devices``), so it defaults to
+``neuron`` here. A value the user set stays.
 """
 import logging
 import os
 
-__all__ = ["DEVICE_ENV", "device_requested", "autoload"]
+__all__ = ["DEVICE_ENV", "HF_DEVICE_ENV", "device_requested", "autoload"]
 
 DEVICE_ENV = "WORKBENCH_DEVICE"
+HF_DEVICE_ENV = "ACCELERATE_TORCH_DEVICE"
 DEVICE_NAME = "neuron"
 
 logger = logging.getLogger(__name__)
@@ -37,3 +44,5 @@ def autoload() -> None:
         register()
     except Exception as exc:  # never break `import torch`
         logger.warning("neuron device not registered: %s", exc)
+        return
+    os.environ.setdefault(HF_DEVICE_ENV, DEVICE_NAME)

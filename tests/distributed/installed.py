@@ -30,9 +30,9 @@ def _write_dist_info(directory: Path) -> None:
 
 def installed_environment(directory: Path, **env: str) -> dict:
     """``os.environ`` for a subprocess, with this tree installed as above, plus ``env``
-    (``WORKBENCH_DEVICE`` removed unless given)."""
+    (the device variables the autoload reads or sets removed unless given)."""
     _write_dist_info(directory)
-    result = {k: v for k, v in os.environ.items() if k != "WORKBENCH_DEVICE"}
+    result = {k: v for k, v in os.environ.items() if k not in ("WORKBENCH_DEVICE", "ACCELERATE_TORCH_DEVICE")}
     result["PYTHONPATH"] = os.pathsep.join([str(directory), str(ROOT), result.get("PYTHONPATH", "")])
     result.update(env)
     return result

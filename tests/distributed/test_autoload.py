@@ -11,7 +11,7 @@ import pytest
 from installed import installed_environment
 
 REPORT = """
-import json, sys, torch, torch.distributed as dist
+import json, os, sys, torch, torch.distributed as dist
 accelerator = torch.accelerator.current_accelerator()
 print(json.dumps({
     "accelerator": None if accelerator is None else accelerator.type,
@@ -19,6 +19,7 @@ print(json.dumps({
     "workbench_imported": "workbench" in sys.modules,
     "neuron_backend": dist.Backend.default_device_backend_map.get("neuron"),
     "cpu_backend": dist.get_default_backend_for_device("cpu"),
+    "hugging_face_device": os.environ.get("ACCELERATE_TORCH_DEVICE"),
 }))
 """
 
@@ -33,7 +34,7 @@ def _run(tmp_path, code: str, **env) -> dict:
 def test_import_torch_registers_the_process_group_backend_and_leaves_cpu_the_accelerator(tmp_path):
     assert _run(tmp_path, REPORT) == {
         "accelerator": None, "device_layer_imported": False, "workbench_imported": False,
-        "neuron_backend": "neuron", "cpu_backend": "gloo"}
+        "neuron_backend": "neuron", "cpu_backend": "gloo", "hugging_face_device": None}
 
 
 def test_workbench_device_neuron_makes_neuron_the_accelerator(tmp_path):
@@ -43,7 +44,7 @@ def test_workbench_device_neuron_makes_neuron_the_accelerator(tmp_path):
     assert out.returncode == 0, out.stderr
     report, device = map(json.loads, out.stdout.strip().splitlines()[-2:])
     assert report == {"accelerator": "neuron", "device_layer_imported": True, "workbench_imported": False,
-                      "neuron_backend": "neuron", "cpu_backend": "gloo"}
+                      "neuron_backend": "neuron", "cpu_backend": "gloo", "hugging_face_device": "neuron"}
     assert device == "neuron:0"
 
 
