@@ -34,6 +34,7 @@ def test_the_cpp_hooks_are_installed_ahead_of_the_python_defaults():
 def test_a_storage_allocated_on_the_device_is_real_and_resizes():
     result = _run("""
         import torch, backend.device
+        backend.device.register()
         storage = torch.UntypedStorage(16, device="neuron")
         assert storage.device == torch.device("neuron", 0) and storage.nbytes() == 16
         storage.resize_(64)
@@ -51,6 +52,7 @@ def test_a_storage_allocated_on_the_device_is_real_and_resizes():
 def test_what_the_device_cannot_do_with_a_storage_raises_instead_of_crashing():
     result = _run("""
         import torch, backend.device
+        backend.device.register()
         storage = torch.UntypedStorage(16, device="neuron")
         for attempt in (lambda: torch.UntypedStorage(8, device="neuron:8"), storage.cpu, lambda: str(storage),
                         lambda: torch.tensor([], device="neuron").set_(storage)):
@@ -148,6 +150,7 @@ def test_a_cached_build_loads_without_the_compiler_toolchain():
     # Importing torch.utils.cpp_extension (setuptools) would cost every import of torch.
     result = _run("""
         import sys, torch, backend.device
+        backend.device.register()
         from backend.device.native_hooks import native_hooks_installed
         assert all(native_hooks_installed().values()), native_hooks_installed()
         assert "torch.utils.cpp_extension" not in sys.modules
@@ -159,6 +162,7 @@ def test_a_cached_build_loads_without_the_compiler_toolchain():
 def test_without_a_compiler_the_device_works_and_device_storages_raise(tmp_path):
     result = _run("""
         import torch, backend.device
+        backend.device.register()
         from backend.device.native_hooks import native_hooks_installed
         assert not any(native_hooks_installed().values())
         assert (torch.ones(2, device="neuron") + 1).sum().item() == 4
@@ -181,6 +185,7 @@ def test_a_build_killed_earlier_does_not_block_the_next_import(tmp_path, monkeyp
 
     code = """
         import torch, backend.device
+        backend.device.register()
         from backend.device.native_hooks import native_hooks_installed
         assert all(native_hooks_installed().values()), native_hooks_installed()
         print("alive")

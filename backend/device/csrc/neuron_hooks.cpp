@@ -8,6 +8,9 @@
 // - The scaled_dot_product_attention backend choice: where CPU would run its flash kernel, the
 //   device takes SDPA's "overrideable" fused path, as TorchNeuron does (its
 //   _fused_sdp_choice_neuron returns overrideable), instead of the unfused math path.
+// - A timer for DistributedDataParallel's runtime statistics: DDP looks one up by the
+//   parameters' device type and, finding none, warns on every job that it collects time stats
+//   only for CPU and CUDA.
 //
 // Device tensors themselves stay Python wrapper subclasses holding host tensors; their memory
 // is booked by backend/device/memory.py, which the allocator's statistics ask through a
@@ -19,6 +22,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -295,6 +299,30 @@ int64_t neuron_sdp_choice(const at::Tensor& query, const at::Tensor& key, const 
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &neuron_sdp_choice)
 }  // namespace at::native
+
+namespace c10d {
+namespace {
+// DDP's time stats on the device (forward, backward compute, communication, their overlap, in
+// _get_ddp_logging_data()): host timestamps, as CPU's timer takes them, since the device runs
+// synchronously on the host. The simulated time of the same step is in the workbench's profile.
+class NeuronDdpTimer : public Timer {
+ public:
+  explicit NeuronDdpTimer(c10::Device /*device*/) {}
+
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    const int64_t start_time = getTimeRef(start);
+    const int64_t end_time = getTimeRef(end);
+    // A step without the end event (no communication, say) or one recorded out of order.
+    if (start_time == kUnsetTime || end_time == kUnsetTime || end_time < start_time) {
+      return std::nullopt;
+    }
+    return end_time - start_time;
+  }
+};
+}  // namespace
+
+C10_REGISTER_TYPED_CLASS(TimerRegistry, c10::kPrivateUse1, NeuronDdpTimer)
+}  // namespace c10d
 
 // What neuron_install registered (bit flags), so Python can log and test it.
 enum Installed { kAllocator = 1, kHooks = 2, kGuard = 4 };
