@@ -17,6 +17,7 @@ import torch
 from . import timing_only
 from .events import stream_api
 from .memory import DeviceMemory
+from .rng_state import philox_state, set_philox_state
 
 __all__ = ["DeviceModule", "DeviceModules", "ThreadCurrentDevice", "DEVICE_MODULES", "device_index", "check_device", "AMP_DTYPES",
            "REPORTED_AS", "reported_device"]
@@ -162,11 +163,22 @@ class DeviceModule:
     def initial_seed(self) -> int:
         return torch.initial_seed()
 
+    # States are CUDA-shaped (16 bytes: seed, offset), as DTensor's RNG tracker reads them; every
+    # device of the type draws from the one host generator (see rng_state).
     def get_rng_state(self, device=None) -> torch.Tensor:
-        return torch.get_rng_state()
+        self.index(device)
+        return philox_state(torch.default_generator)
 
     def set_rng_state(self, new_state: torch.Tensor, device=None) -> None:
-        torch.set_rng_state(new_state)
+        self.index(device)
+        set_philox_state(torch.default_generator, new_state)
+
+    def get_rng_state_all(self) -> list[torch.Tensor]:
+        return [self.get_rng_state(i) for i in range(self.device_count())]
+
+    def set_rng_state_all(self, new_states) -> None:
+        for index, state in enumerate(new_states):
+            self.set_rng_state(state, index)
 
     # -- identity ------------------------------------------------------------------------------
     def get_device_name(self, device=None) -> str:
@@ -239,7 +251,7 @@ class DeviceModule:
     FUNCTIONS = (
         "is_available", "is_initialized", "_is_in_bad_fork", "_lazy_init", "device_count",
         "current_device", "set_device", "synchronize", "manual_seed", "seed", "initial_seed",
-        "get_rng_state", "set_rng_state", "get_device_name", "get_device_properties",
+        "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "get_device_name", "get_device_properties",
         "get_device_capability", "is_bf16_supported", "is_current_stream_capturing",
         "get_amp_supported_dtype", "memory_allocated", "max_memory_allocated", "memory_reserved",
         "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "memory_summary",
