@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from . import timing_only
+from .event_clock import Stamp
 from .events import stream_api
 from .memory import DeviceMemory
 from .rng_state import philox_state, set_philox_state
@@ -71,14 +72,14 @@ class DeviceModule:
 
     device_count: how many devices of this type exist (the NeuronCores of the chip).
     pool / name / properties / capability: per device index.
-    clock_ns: the simulated time its events read.
+    clock: the simulated time its events read (an ``event_clock.Stamp``).
     current: the per-thread current device (get/set), by default kept here.
     """
 
     def __init__(self, device_type: str, *, unit: str, device_count: Callable[[], int],
                  pool: Callable[[int], DeviceMemory], name: Callable[[int], str],
                  properties: Callable[[int], object], capability: Callable[[int], tuple[int, int]],
-                 clock_ns: Callable[[], float], lazy_init: Callable[[], object] = lambda: None,
+                 clock: Callable[[], Stamp], lazy_init: Callable[[], object] = lambda: None,
                  bf16_supported: Callable[[], bool] = lambda: True, current=None):
         self.device_type = device_type
         self._current = current if current is not None else ThreadCurrentDevice()
@@ -90,7 +91,7 @@ class DeviceModule:
         self._capability = capability
         self._lazy_init_hook = lazy_init
         self._bf16_supported = bf16_supported
-        self._streams = stream_api(device_type, lambda: torch.device(device_type, self.current_device()), clock_ns)
+        self._streams = stream_api(device_type, lambda: torch.device(device_type, self.current_device()), clock)
         self.device = self._device_context_type()
 
     # -- device selection --------------------------------------------------------------------

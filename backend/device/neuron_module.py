@@ -16,7 +16,7 @@ from backend.sim.presets import DEFAULT_NEURON_TARGET as DEFAULT_TARGET
 
 from .core_config import lnc_from_environment, visible_cores
 from .device_module import DEVICE_MODULES, DeviceModule, ThreadCurrentDevice
-from .events import simulated_clock_ns
+from .event_clock import stamp
 from .memory import install_pool, memory_for
 from .native_hooks import native_current_device, report_device_count, set_native_current_device
 from .numerics import hardware_numerics, hardware_numerics_enabled, set_hardware_numerics
@@ -152,7 +152,7 @@ def _pool(index: int):
 
 MODULE = DeviceModule(
     "neuron", unit="NeuronCore", device_count=device_count, pool=_pool, name=_name,
-    properties=_properties, capability=_capability, clock_ns=simulated_clock_ns, lazy_init=get_target,
+    properties=_properties, capability=_capability, clock=lambda: stamp(get_target), lazy_init=get_target,
     current=CurrentCore())
 DEVICE_MODULES.add(MODULE)
 globals().update({name: value for name, value in MODULE.namespace().items() if name != "device_count"})
