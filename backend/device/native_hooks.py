@@ -89,10 +89,11 @@ def _pool_reset(device: int, peak_only: int) -> None:
 def _event_stamp(previous: int) -> int:
     # Called from C++ (ctypes cannot raise into it): 0 says it failed.
     try:
-        from .event_clock import NATIVE_EVENTS
-        from .neuron_module import get_target
+        from backend.recording import current_target
 
-        return NATIVE_EVENTS.stamp(previous, get_target)
+        from .event_clock import NATIVE_EVENTS
+
+        return NATIVE_EVENTS.stamp(previous, current_target)
     except Exception:
         logger.exception("stamping a neuron timing event failed")
         return 0

@@ -7,6 +7,7 @@ Neuron runtime shows them: N is the chip's cores at the logical-core config (trn
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -155,6 +156,7 @@ MODULE = DeviceModule(
     properties=_properties, capability=_capability, clock=lambda: stamp(get_target), lazy_init=get_target,
     current=CurrentCore())
 DEVICE_MODULES.add(MODULE)
+sys.modules.setdefault("torch.neuron.memory", MODULE.memory)    # import torch.neuron.memory
 globals().update({name: value for name, value in MODULE.namespace().items() if name != "device_count"})
 
 __all__ = [

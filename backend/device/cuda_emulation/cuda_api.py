@@ -24,7 +24,7 @@ MODULE = DeviceModule(
     "cuda", unit="GPU", device_count=lambda: active().reported.index + 1, pool=lambda index: active().pool,
     name=lambda index: active().name, properties=lambda index: active().properties(),
     capability=lambda index: active().capability(), clock=lambda: Stamp(active().clock_ns(), active().session),
-    bf16_supported=_bf16_supported)
+    bf16_supported=_bf16_supported, memory_fallback=torch.cuda.memory)
 
 
 def install(patcher: Patcher) -> None:
