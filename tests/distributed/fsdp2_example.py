@@ -8,7 +8,8 @@ then trained with ``clip_grad_norm_`` and Adam, and saved with the DCP full-stat
 ``--init cpu`` instead builds the model on CPU and lets ``fully_shard`` move it to the device
 (``param.data = param.to(device)``); ``--init unsharded`` initialises the whole model on every
 rank before sharding it (the reference: what a sharded init must reproduce). ``--cpu`` runs on
-CPU gloo ranks. Each rank writes its losses (and rank 0 the full state dict) under ``--out``.
+CPU gloo ranks; ``--mixed-precision`` and ``--explicit-prefetching`` are the upstream options.
+Each rank writes its losses (and rank 0 the full state dict) under ``--out``.
 """
 import argparse
 import os
@@ -20,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import workbench  # noqa: F401  (registers the "neuron" process-group backend)
 
@@ -75,10 +76,22 @@ class Transformer(nn.Module):
         self.output.reset_parameters()
 
 
-def shard(model, mesh):
+def shard(model, mesh, mixed_precision: bool):
+    kwargs = {"mesh": mesh}
+    if mixed_precision:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+
+
+def set_prefetching(model):
+    layers = list(model.layers)
+    for i, layer in enumerate(layers):
+        if i + 1 < len(layers):
+            layer.set_modules_to_forward_prefetch([layers[i + 1]])
+        if i > 0:
+            layer.set_modules_to_backward_prefetch([layers[i - 1]])
 
 
 def main(args):
@@ -98,22 +111,26 @@ def main(args):
     if args.init == "meta":
         with torch.device("meta"):
             model = Transformer(model_args)
-        shard(model, mesh)
+        shard(model, mesh, args.mixed_precision)
         model.to_empty(device=device)
         model.reset_parameters()
     elif args.init == "cpu":
         model = Transformer(model_args)
-        shard(model, mesh)
+        shard(model, mesh, args.mixed_precision)
     else:   # unsharded
         with torch.device("meta"):
             model = Transformer(model_args)
         model.to_empty(device=device)
         model.reset_parameters()
-        shard(model, mesh)
+        shard(model, mesh, args.mixed_precision)
 
+    if args.explicit_prefetching:
+        set_prefetching(model)
     optim = torch.optim.Adam(model.parameters(), lr=1e-2)
     losses = []
     for _ in range(3):
+        if args.explicit_prefetching:
+            model.unshard()
         x = torch.randint(0, model_args.vocab_size, (4, model_args.max_seq_len), device=device)
         loss = model(x).sum()
         loss.backward()
@@ -135,5 +152,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="FSDP2 example")
     parser.add_argument("--init", choices=("meta", "cpu", "unsharded"), default="meta")
     parser.add_argument("--cpu", action="store_true")
+    parser.add_argument("--mixed-precision", action="store_true")
+    parser.add_argument("--explicit-prefetching", action="store_true")
     parser.add_argument("--out", required=True)
     main(parser.parse_args())

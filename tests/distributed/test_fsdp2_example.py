@@ -27,11 +27,8 @@ def _torchrun(out: Path, *flags: str) -> list[dict]:
     return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
 
 
-def test_the_fsdp2_example_trains_on_neuron_ranks_like_cpu_gloo_ranks(tmp_path):
-    reference = _torchrun(tmp_path / "cpu", "--cpu", "--init", "unsharded")
-    meta = _torchrun(tmp_path / "meta", "--init", "meta")
-    built = _torchrun(tmp_path / "built", "--init", "cpu")
-    for run in (meta, built):
+def _assert_same_training(runs, reference):
+    for run in runs:
         assert [r["device"] for r in run] == ["neuron:0", "neuron:1"]   # each rank its own core
         assert run[0]["param_type"] == "DeviceTensor"
         for ours, cpu in zip(run, reference):
@@ -42,7 +39,20 @@ def test_the_fsdp2_example_trains_on_neuron_ranks_like_cpu_gloo_ranks(tmp_path):
             assert value.device.type == "cpu"                            # cpu_offload=True
             torch.testing.assert_close(value, cpu_state[name], rtol=0, atol=0, msg=name)
     assert reference[0]["device"] == "cpu"
+
+
+def test_the_fsdp2_example_trains_on_neuron_ranks_like_cpu_gloo_ranks(tmp_path):
+    reference = _torchrun(tmp_path / "cpu", "--cpu", "--init", "unsharded")
+    meta = _torchrun(tmp_path / "meta", "--init", "meta")
+    built = _torchrun(tmp_path / "built", "--init", "cpu")
+    _assert_same_training([meta, built], reference)
     # The ranks drew different shards: a sharded init that drew the same values on each rank
     # would have repeated rows.
     embedding = meta[0]["state_dict"]["tok_embeddings.weight"]
     assert not torch.equal(embedding[:32], embedding[32:])
+
+
+def test_the_fsdp2_example_with_bf16_mixed_precision_and_explicit_prefetching(tmp_path):
+    options = ("--mixed-precision", "--explicit-prefetching")
+    reference = _torchrun(tmp_path / "cpu", "--cpu", "--init", "unsharded", *options)
+    _assert_same_training([_torchrun(tmp_path / "meta", "--init", "meta", *options)], reference)
