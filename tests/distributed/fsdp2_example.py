@@ -3,7 +3,8 @@
 The accelerator is whatever ``torch.accelerator`` reports; the model is built on the meta
 device, sharded with ``fully_shard``, materialised with ``to_empty(device=...)`` and initialised
 with ``reset_parameters()`` (random init of sharded DTensors, through DTensor's RNG tracker),
-then trained with ``clip_grad_norm_`` and Adam, and saved with the DCP full-state-dict API.
+then trained with ``clip_grad_norm_`` and Adam, saved with the DCP full-state-dict API and
+loaded back into fresh sharded models as upstream's Checkpointer does (DTensor and DCP APIs).
 
 ``--init cpu`` instead builds the model on CPU and lets ``fully_shard`` move it to the device
 (``param.data = param.to(device)``); ``--init unsharded`` initialises the whole model on every
@@ -19,9 +20,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import distribute_tensor
 
 import workbench  # noqa: F401  (registers the "neuron" process-group backend)
 
@@ -94,6 +96,26 @@ def set_prefetching(model):
             layer.set_modules_to_backward_prefetch([layers[i - 1]])
 
 
+def reload(model, model_args, mesh, mixed_precision) -> dict[str, bool]:
+    """Load the trained weights into fresh sharded meta models the two ways upstream's
+    Checkpointer does (DTensor API and DCP API); whether each gets them back exactly."""
+    full = {k: v.cpu() for k, v in get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)).items()}
+    reloaded = {}
+    for api in ("dtensor", "dcp"):
+        with torch.device("meta"):
+            fresh = Transformer(model_args)
+        shard(fresh, mesh, mixed_precision)
+        if api == "dtensor":
+            meta = fresh.state_dict()
+            fresh.load_state_dict({k: nn.Parameter(distribute_tensor(v, meta[k].device_mesh, meta[k].placements))
+                                   for k, v in full.items()}, strict=False, assign=True)
+        else:
+            set_model_state_dict(fresh, dict(full) if dist.get_rank() == 0 else {},
+                                 options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        reloaded[api] = all(torch.equal(p.full_tensor().cpu(), full[k]) for k, p in fresh.state_dict().items())
+    return reloaded
+
+
 def main(args):
     rank = int(os.environ["LOCAL_RANK"])
     if torch.accelerator.is_available() and not args.cpu:
@@ -141,7 +163,8 @@ def main(args):
 
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     result = {"losses": losses, "device": str(next(model.parameters()).device),
-              "param_type": type(next(model.parameters()).to_local()).__name__}
+              "param_type": type(next(model.parameters()).to_local()).__name__,
+              "reloaded": reload(model, model_args, mesh, args.mixed_precision)}
     if rank == 0:
         result["state_dict"] = full
     torch.save(result, os.path.join(args.out, f"rank{rank}.pt"))

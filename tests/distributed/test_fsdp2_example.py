@@ -2,7 +2,8 @@
 (``fsdp2_example.py``): the meta-device init, sharded and drawn through DTensor's RNG tracker
 (CUDA-shaped generator states), gives the same model as initialising it whole, so it trains to
 the same losses as two CPU gloo ranks; so does a CPU-built model that ``fully_shard`` moves to
-the device (``param.data = param.to(device)``)."""
+the device (``param.data = param.to(device)``). The trained weights load back into fresh
+sharded models through the DTensor and DCP APIs."""
 import os
 import subprocess
 import sys
@@ -31,6 +32,7 @@ def _assert_same_training(runs, reference):
     for run in runs:
         assert [r["device"] for r in run] == ["neuron:0", "neuron:1"]   # each rank its own core
         assert run[0]["param_type"] == "DeviceTensor"
+        assert all(r["reloaded"] == {"dtensor": True, "dcp": True} for r in run)
         for ours, cpu in zip(run, reference):
             assert ours["losses"] == cpu["losses"]
         state, cpu_state = run[0]["state_dict"], reference[0]["state_dict"]
