@@ -1,6 +1,7 @@
 """An FSDP2 training script in the form of pytorch/examples' distributed/FSDP2, run by torchrun.
 
-The accelerator is whatever ``torch.accelerator`` reports; the model is built on the meta
+The accelerator is whatever ``torch.accelerator`` reports (``neuron`` when torchrun runs it with
+``WORKBENCH_DEVICE=neuron``, see docs/stack.md; else CPU and gloo); the model is built on the meta
 device, sharded with ``fully_shard``, materialised with ``to_empty(device=...)`` and initialised
 with ``reset_parameters()`` (random init of sharded DTensors, through DTensor's RNG tracker),
 then trained with ``clip_grad_norm_`` and Adam, saved with the DCP full-state-dict API and
@@ -8,8 +9,8 @@ loaded back into fresh sharded models as upstream's Checkpointer does (DTensor a
 
 ``--init cpu`` instead builds the model on CPU and lets ``fully_shard`` move it to the device
 (``param.data = param.to(device)``); ``--init unsharded`` initialises the whole model on every
-rank before sharding it (the reference: what a sharded init must reproduce). ``--cpu`` runs on
-CPU gloo ranks; ``--mixed-precision`` and ``--explicit-prefetching`` are the upstream options.
+rank before sharding it (the reference: what a sharded init must reproduce).
+``--mixed-precision`` and ``--explicit-prefetching`` are the upstream options.
 Each rank writes its losses (and rank 0 the full state dict) under ``--out``.
 """
 import argparse
@@ -21,11 +22,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import distribute_tensor
-
-import workbench  # noqa: F401  (registers the "neuron" process-group backend)
 
 
 @dataclass
@@ -78,8 +76,8 @@ class Transformer(nn.Module):
         self.output.reset_parameters()
 
 
-def shard(model, mesh, mixed_precision: bool):
-    kwargs = {"mesh": mesh}
+def shard(model, mixed_precision: bool):
+    kwargs = {}
     if mixed_precision:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in model.layers:
@@ -96,7 +94,7 @@ def set_prefetching(model):
             layer.set_modules_to_backward_prefetch([layers[i - 1]])
 
 
-def reload(model, model_args, mesh, mixed_precision) -> dict[str, bool]:
+def reload(model, model_args, mixed_precision) -> dict[str, bool]:
     """Load the trained weights into fresh sharded meta models the two ways upstream's
     Checkpointer does (DTensor API and DCP API); whether each gets them back exactly."""
     full = {k: v.cpu() for k, v in get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)).items()}
@@ -104,7 +102,7 @@ def reload(model, model_args, mesh, mixed_precision) -> dict[str, bool]:
     for api in ("dtensor", "dcp"):
         with torch.device("meta"):
             fresh = Transformer(model_args)
-        shard(fresh, mesh, mixed_precision)
+        shard(fresh, mixed_precision)
         if api == "dtensor":
             meta = fresh.state_dict()
             fresh.load_state_dict({k: nn.Parameter(distribute_tensor(v, meta[k].device_mesh, meta[k].placements))
@@ -118,33 +116,31 @@ def reload(model, model_args, mesh, mixed_precision) -> dict[str, bool]:
 
 def main(args):
     rank = int(os.environ["LOCAL_RANK"])
-    if torch.accelerator.is_available() and not args.cpu:
+    if torch.accelerator.is_available():
         device = torch.device(f"{torch.accelerator.current_accelerator()}:{rank}")
         torch.accelerator.set_device_index(rank)
     else:
         device = torch.device("cpu")
     backend = dist.get_default_backend_for_device(device)
     dist.init_process_group(backend=backend, device_id=device if device.type != "cpu" else None)
-    # FSDP2's default mesh is on the accelerator; CPU ranks name theirs.
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),)) if device.type == "cpu" else None
 
     torch.manual_seed(0)
     model_args = ModelArgs()
     if args.init == "meta":
         with torch.device("meta"):
             model = Transformer(model_args)
-        shard(model, mesh, args.mixed_precision)
+        shard(model, args.mixed_precision)
         model.to_empty(device=device)
         model.reset_parameters()
     elif args.init == "cpu":
         model = Transformer(model_args)
-        shard(model, mesh, args.mixed_precision)
+        shard(model, args.mixed_precision)
     else:   # unsharded
         with torch.device("meta"):
             model = Transformer(model_args)
         model.to_empty(device=device)
         model.reset_parameters()
-        shard(model, mesh, args.mixed_precision)
+        shard(model, args.mixed_precision)
 
     if args.explicit_prefetching:
         set_prefetching(model)
@@ -164,7 +160,7 @@ def main(args):
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     result = {"losses": losses, "device": str(next(model.parameters()).device),
               "param_type": type(next(model.parameters()).to_local()).__name__,
-              "reloaded": reload(model, model_args, mesh, args.mixed_precision)}
+              "reloaded": reload(model, model_args, args.mixed_precision)}
     if rank == 0:
         result["state_dict"] = full
     torch.save(result, os.path.join(args.out, f"rank{rank}.pt"))
@@ -174,7 +170,6 @@ def main(args):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="FSDP2 example")
     parser.add_argument("--init", choices=("meta", "cpu", "unsharded"), default="meta")
-    parser.add_argument("--cpu", action="store_true")
     parser.add_argument("--mixed-precision", action="store_true")
     parser.add_argument("--explicit-prefetching", action="store_true")
     parser.add_argument("--out", required=True)

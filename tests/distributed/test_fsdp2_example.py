@@ -19,11 +19,16 @@ pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).with_name("fsdp2_example.py")
 
 
-def _torchrun(out: Path, *flags: str) -> list[dict]:
+def _torchrun(out: Path, *flags: str, device: str) -> list[dict]:
+    """Run the script on two torchrun ranks: ``WORKBENCH_DEVICE=neuron`` makes ``neuron`` their
+    accelerator (docs/stack.md); without it they are CPU gloo ranks."""
     out.mkdir()
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                "--master-port", str(_free_port()), str(SCRIPT), "--out", str(out), *flags]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_DEVICE"}
+    if device == "neuron":
+        env["WORKBENCH_DEVICE"] = "neuron"
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
 
@@ -44,9 +49,9 @@ def _assert_same_training(runs, reference):
 
 
 def test_the_fsdp2_example_trains_on_neuron_ranks_like_cpu_gloo_ranks(tmp_path):
-    reference = _torchrun(tmp_path / "cpu", "--cpu", "--init", "unsharded")
-    meta = _torchrun(tmp_path / "meta", "--init", "meta")
-    built = _torchrun(tmp_path / "built", "--init", "cpu")
+    reference = _torchrun(tmp_path / "cpu", "--init", "unsharded", device="cpu")
+    meta = _torchrun(tmp_path / "meta", "--init", "meta", device="neuron")
+    built = _torchrun(tmp_path / "built", "--init", "cpu", device="neuron")
     _assert_same_training([meta, built], reference)
     # The ranks drew different shards: a sharded init that drew the same values on each rank
     # would have repeated rows.
@@ -56,5 +61,5 @@ def test_the_fsdp2_example_trains_on_neuron_ranks_like_cpu_gloo_ranks(tmp_path):
 
 def test_the_fsdp2_example_with_bf16_mixed_precision_and_explicit_prefetching(tmp_path):
     options = ("--mixed-precision", "--explicit-prefetching")
-    reference = _torchrun(tmp_path / "cpu", "--cpu", "--init", "unsharded", *options)
-    _assert_same_training([_torchrun(tmp_path / "meta", "--init", "meta", *options)], reference)
+    reference = _torchrun(tmp_path / "cpu", "--init", "unsharded", *options, device="cpu")
+    _assert_same_training([_torchrun(tmp_path / "meta", "--init", "meta", *options, device="neuron")], reference)
