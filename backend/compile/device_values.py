@@ -25,7 +25,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from backend.recording import SIMULATED_DEVICE_TYPES
 
-__all__ = ["adopt_device_values", "as_device_tensor"]
+__all__ = ["adopt_device_values", "as_device_tensor", "device_outputs", "rewrap_device_outputs"]
 
 
 def _plain_on_device(value) -> bool:
@@ -75,16 +75,30 @@ def as_device_tensor(value, template: torch.Tensor | None = None):
     return tree_map(lambda t: _adopt(t, template) if _plain_on_device(t) else t, value)
 
 
-def _adopt(tensor: torch.Tensor, template: torch.Tensor | None) -> torch.Tensor:
-    if template is None:
-        with _disable_current_modes():
-            template = torch.empty(0, device=tensor.device)
+def _empty_device_tensor(device: torch.device) -> torch.Tensor:
+    """A device tensor made outside any tracer: the device's tensor type, and its host side."""
+    with _disable_current_modes():
+        return torch.empty(0, device=device)
+
+
+def _host_name(template: torch.Tensor) -> str:
     names, _device = template.__tensor_flatten__()
     if len(names) != 1:
         raise RuntimeError(f"torch.compile(backend='neuron'): {type(template).__name__} flattens to "
                            f"{len(names)} tensors; a device tensor wraps exactly one host tensor")
-    host_device = getattr(template, names[0]).device
-    return _Adopt.apply(tensor, type(template), names[0], host_device)
+    return names[0]
+
+
+def _wrap(wrapper_type: type, name: str, host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return wrapper_type.__tensor_unflatten__({name: host}, device, host.size(), host.stride())
+
+
+def _adopt(tensor: torch.Tensor, template: torch.Tensor | None) -> torch.Tensor:
+    if template is None:
+        template = _empty_device_tensor(tensor.device)
+    name = _host_name(template)
+    host_device = getattr(template, name).device
+    return _Adopt.apply(tensor, type(template), name, host_device)
 
 
 class _Adopt(torch.autograd.Function):
@@ -93,9 +107,31 @@ class _Adopt(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, wrapper_type, name, host_device):
-        host = tensor.to(host_device)
-        return wrapper_type.__tensor_unflatten__({name: host}, tensor.device, host.size(), host.stride())
+        return _wrap(wrapper_type, name, tensor.to(host_device), tensor.device)
 
     @staticmethod
     def backward(ctx, grad):
         return grad, None, None, None
+
+
+# -- outputs AOTAutograd traced as plain device tensors -----------------------------------------
+def device_outputs(gm: fx.GraphModule) -> dict:
+    """Output position -> device, for the outputs of an AOTAutograd graph that were traced as
+    plain tensors on a simulated device: AOTAutograd hands their host values back unwrapped.
+    What remains after ``adopt_device_values`` comes from autograd's own formulas (the
+    gradient of ``x.cpu()`` is ``grad.to(x.device)``), traced where no Dynamo graph is."""
+    output = next(iter(gm.graph.find_nodes(op="output")))
+    values = output.args[0] if isinstance(output.args[0], (tuple, list)) else (output.args[0],)
+    return {i: node.meta["val"].device for i, node in enumerate(values)
+            if isinstance(node, fx.Node) and _plain_on_device(node.meta.get("val"))}
+
+
+def rewrap_device_outputs(outputs, positions: dict):
+    """``outputs`` with the host tensors at ``positions`` wrapped onto their devices."""
+    outputs = list(outputs)
+    for i, device in positions.items():
+        host = outputs[i]
+        if isinstance(host, torch.Tensor) and not is_traceable_wrapper_subclass(host):
+            template = _empty_device_tensor(device)
+            outputs[i] = _wrap(type(template), _host_name(template), host, device)
+    return outputs
