@@ -116,22 +116,27 @@ class _Adopt(torch.autograd.Function):
 
 # -- outputs AOTAutograd traced as plain device tensors -----------------------------------------
 def device_outputs(gm: fx.GraphModule) -> dict:
-    """Output position -> device, for the outputs of an AOTAutograd graph that were traced as
-    plain tensors on a simulated device: AOTAutograd hands their host values back unwrapped.
-    What remains after ``adopt_device_values`` comes from autograd's own formulas (the
-    gradient of ``x.cpu()`` is ``grad.to(x.device)``), traced where no Dynamo graph is."""
+    """Output position -> how to wrap it (device, the device's tensor type, its host field),
+    for the outputs of an AOTAutograd graph traced as plain tensors on a simulated device:
+    AOTAutograd hands their host values back unwrapped. What remains after
+    ``adopt_device_values`` comes from autograd's own formulas (the gradient of ``x.cpu()``
+    is ``grad.to(x.device)``), traced where no Dynamo graph is. Worked out at compile time."""
     output = next(iter(gm.graph.find_nodes(op="output")))
     values = output.args[0] if isinstance(output.args[0], (tuple, list)) else (output.args[0],)
-    return {i: node.meta["val"].device for i, node in enumerate(values)
-            if isinstance(node, fx.Node) and _plain_on_device(node.meta.get("val"))}
+    positions = {}
+    for i, node in enumerate(values):
+        if isinstance(node, fx.Node) and _plain_on_device(node.meta.get("val")):
+            device = node.meta["val"].device
+            template = _empty_device_tensor(device)
+            positions[i] = (device, type(template), _host_name(template))
+    return positions
 
 
-def rewrap_device_outputs(outputs, positions: dict):
+def rewrap_device_outputs(outputs, positions: dict) -> list:
     """``outputs`` with the host tensors at ``positions`` wrapped onto their devices."""
     outputs = list(outputs)
-    for i, device in positions.items():
+    for i, (device, wrapper_type, name) in positions.items():
         host = outputs[i]
         if isinstance(host, torch.Tensor) and not is_traceable_wrapper_subclass(host):
-            template = _empty_device_tensor(device)
-            outputs[i] = _wrap(type(template), _host_name(template), host, device)
+            outputs[i] = _wrap(wrapper_type, name, host, device)
     return outputs
