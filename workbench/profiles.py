@@ -126,10 +126,29 @@ class Profile:
 
     @cached_property
     def ops(self) -> pd.DataFrame:
+        """One row per op or kernel in run order, leading with what a reader looks for first:
+        ``name``, ``kind``, ``time_ns`` and ``share`` (of the ops' summed time), then the rest."""
         records = self.trace.to_records()
         if not records:     # keep the columns so filters and figures work on an empty run
-            return pd.DataFrame(columns=list(OpSummary(0, "", "op").to_record()))
-        return pd.DataFrame.from_records(records)
+            frame = pd.DataFrame(columns=list(OpSummary(0, "", "op").to_record()))
+        else:
+            frame = pd.DataFrame.from_records(records)
+        total = frame["time_ns"].sum() if len(frame) else 0.0
+        frame["share"] = frame["time_ns"] / total if total else 0.0
+        lead = ["name", "kind", "time_ns", "share"]
+        return frame[lead + [c for c in frame.columns if c not in lead]]
+
+    def top(self, n: int = 10, by: str = "name") -> pd.DataFrame:
+        """The ``n`` op names (or any ``ops`` column given as ``by``) that took the most simulated
+        time: ``count``, ``time_ns``, ``share`` of the ops' time, HBM bytes and FLOPs."""
+        if by not in self.ops.columns:
+            raise ValueError(f"top(by={by!r}): not a column of ops; choose one of {', '.join(self.ops.columns)}")
+        if n < 1:
+            raise ValueError(f"top(n={n}): n must be a positive number of rows")
+        grouped = self.ops.groupby(by, sort=False).agg(count=("time_ns", "size"), time_ns=("time_ns", "sum"),
+                                                     share=("share", "sum"), hbm_bytes=("hbm_bytes", "sum"),
+                                                     flops=("flops", "sum"))
+        return grouped.sort_values("time_ns", ascending=False).head(n)
 
     @cached_property
     def instructions(self) -> pd.DataFrame:
