@@ -84,6 +84,7 @@ class Kernel:
                  grid: tuple = ()):
         functools.update_wrapper(self, fn)
         self.fn, self.buffers, self.hoist, self.target, self.grid = fn, buffers, hoist, target, tuple(grid)
+        self._torch_call = _graph_call(self)
 
     def __getitem__(self, grid) -> "Kernel":
         """``kernel[2, 2](...)``: an SPMD launch; the instances run one after another on one core."""
@@ -103,7 +104,9 @@ class Kernel:
         if _STACK:                       # called from inside another kernel: inline it
             return self.fn(*args, **kwargs)
         if _has_torch_tensor(args, kwargs):
-            return _torch_call(self, args, kwargs)
+            if kwargs:
+                raise TypeError(f"{self.__name__}: pass a kernel's arguments positionally when calling it with tensors")
+            return self._torch_call(*args)
         run = run_kernel(self.fn, args, kwargs, target=self._target(), buffers=self.buffers, hoist=self.hoist,
                          grid=self.grid, name=self.__name__)
         if run.outputs is None:
@@ -128,14 +131,21 @@ def _has_torch_tensor(args, kwargs) -> bool:
     return torch is not None and any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values()))
 
 
-def _torch_call(kernel: Kernel, args, kwargs):
-    from backend.device.nki_ops import kernel_op
+def _graph_call(kernel: Kernel):
+    """The kernel's entry point for torch tensors: the op ``nki::<name>`` (made on first use).
+    Dynamo puts a call of it in the graph as one node (``allow_in_graph``) instead of tracing
+    into the op's creation; AOTAutograd then sees the custom op itself."""
+    import torch
 
-    if kwargs:
-        raise TypeError(f"{kernel.__name__}: pass a kernel's arguments positionally when calling it with tensors")
-    if kernel.grid:
-        raise NotImplementedError("SPMD grids are not supported for kernels called from PyTorch")
-    return kernel_op(kernel.fn, kernel.__name__, args, buffers=kernel.buffers, hoist=kernel.hoist)(*args)
+    def call(*args):
+        from backend.device.nki_ops import kernel_op
+
+        if kernel.grid:
+            raise NotImplementedError("SPMD grids are not supported for kernels called from PyTorch")
+        return kernel_op(kernel.fn, kernel.__name__, args, buffers=kernel.buffers, hoist=kernel.hoist)(*args)
+
+    call.__name__ = call.__qualname__ = f"nki_{kernel.__name__}"
+    return torch._dynamo.allow_in_graph(call)
 
 
 def jit(func=None, *, buffers: int | None = DEFAULT_BUFFERS, hoist: bool = False, target=None, **ignored):
