@@ -72,7 +72,7 @@ def run_bytes(v: View) -> int:
     """Contiguous bytes per descriptor of a DMA touching an HBM view (C-order tensor)."""
     run = itemsize(v.dtype)
     r = v.resolved
-    for n, extent, contiguous in reversed(list(zip(v.tensor.shape, r.extents, r.contiguous))):
+    for n, extent, contiguous in reversed(list(zip(v.tensor.layout, r.extents, r.contiguous))):
         if not contiguous:
             break
         run *= extent

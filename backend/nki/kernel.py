@@ -17,11 +17,11 @@ from backend.lowering.builder import Builder
 from backend.nki.dtypes import dtype_name
 from backend.nki.errors import nki_error
 from backend.nki.tensors import Tensor
-from backend.nki.tracer import DEFAULT_BUFFERS, KernelTracer, tracing
+from backend.nki.tracer import DEFAULT_BUFFERS, KernelTracer, TooManyBuffers, tracing
 from backend.sim.ir import Program
 from backend.sim.presets import DEFAULT_NEURON_TARGET, NeuronConfig, get_target
 
-__all__ = ["TensorSpec", "KernelRun", "run_kernel", "trace_into", "spec_tensor"]
+__all__ = ["TensorSpec", "KernelRun", "run_kernel", "trace_into", "spec_tensor", "on_target"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,9 @@ class TensorSpec:
     shape: tuple
     dtype: str = "float32"
     data: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # The shape of the HBM tensor this argument is the leading slice of (row lengths decide DMA
+    # descriptor sizes): tracing one loop iteration on its slice of a large operand.
+    within: tuple | None = None
 
 
 class _SpecFactory:
@@ -59,11 +62,17 @@ class KernelRun:
 def _to_hbm(value, name: str):
     if isinstance(value, TensorSpec):
         known = value.data is not None
-        return Tensor(value.shape, value.dtype, "hbm", name=name, data=value.data, values=known), known
+        tensor = Tensor(value.shape, value.dtype, "hbm", name=name, data=value.data, values=known)
+        tensor.original = value.data
+        if value.within is not None:
+            tensor.layout = tuple(value.within)
+        return tensor, known
     if isinstance(value, np.ndarray):
         dtype = "bfloat16" if str(value.dtype) == "bfloat16" else value.dtype
         data = value.astype(np.float32) if str(value.dtype) == "bfloat16" else value
-        return Tensor(value.shape, dtype_name(dtype), "hbm", name=name, data=data), True
+        tensor = Tensor(value.shape, dtype_name(dtype), "hbm", name=name, data=data)
+        tensor.original = data
+        return tensor, True
     return value, None
 
 
@@ -86,16 +95,35 @@ def trace_into(fn: Callable, args: tuple, kwargs: dict, builder: Builder, *, buf
     if not values:      # one timing-only argument makes the whole run timing-only
         for t in [*converted, *kw.values()]:
             if isinstance(t, Tensor):
-                t.data = None
-    tracer = KernelTracer(builder, values=values, buffers=buffers, hoist=hoist)
-    returned = None
-    with tracing(tracer):
-        instances = _grid_positions(grid)
-        for position in instances:
-            tracer.grid, tracer.program_ids = tuple(grid), position
-            returned = fn(*converted, **kw)
-    tracer.finish()
-    return tracer, returned, converted
+                t.data = t.original = None
+    program, start = builder.program, len(builder.program.instructions)
+    single: dict = {}
+    while True:
+        tracer = KernelTracer(builder, values=values, buffers=buffers, hoist=hoist, site_buffers=single)
+        returned = None
+        with tracing(tracer):
+            for position in _grid_positions(grid):
+                tracer.grid, tracer.program_ids = tuple(grid), position
+                returned = fn(*converted, **kw)
+        try:
+            tracer.finish()
+            return tracer, returned, converted
+        except TooManyBuffers as fewer:      # single-buffer the largest tile and run again
+            single[fewer.site] = 1
+            del program.instructions[start:]
+            converted, kw = _fresh(converted), {k: _fresh([v])[0] for k, v in kw.items()}
+
+
+def _fresh(values: list) -> list:
+    """The HBM arguments again, with their values as given and no access history."""
+    out = []
+    for v in values:
+        if isinstance(v, Tensor) and v.memory == "hbm":
+            copy = Tensor(v.shape, v.dtype, "hbm", name=v.name, data=v.original, values=v.original is not None)
+            copy.original, copy.layout = v.original, v.layout
+            v = copy
+        out.append(v)
+    return out
 
 
 def _grid_positions(grid: tuple) -> list:
@@ -127,3 +155,23 @@ def run_kernel(fn: Callable, args: tuple = (), kwargs: dict | None = None, *,
                             f"kernel {name} returns {list(r.shape)} without ever storing into it")
     outputs = tuple(r.data.reshape(r.shape).copy() for r in tensors) if tracer.values else None
     return KernelRun(name, program, outputs, returned, tracer)
+
+
+def on_target(program: Program, target: NeuronConfig) -> Program:
+    """A traced program for another target: the same instructions, its transfers spread over
+    that target's DMA engines (the one thing tracing took from the target besides the capacity
+    checks), so a what-if re-simulates a kernel without tracing it again."""
+    from dataclasses import replace
+
+    from backend.lowering.builder import dma_engines_for
+
+    out = Program(program.name, program.kind, sync=program.sync)
+    out.info = program.info
+    for ins in program.instructions:
+        if ins.engine == "dma":
+            on_chip = "sbuf" in (ins.src, ins.dst)
+            engines = dma_engines_for(ins.partitions, target) if on_chip else target.dma_engines
+            if engines != ins.dma_engines:
+                ins = replace(ins, dma_engines=engines)
+        out.instructions.append(ins)
+    return out

@@ -101,6 +101,7 @@ class Tensor(_Operand):
         self.producer: int | None = None     # the instruction that made this tile, while nobody read it
         self.pending_zero = False       # nl.zeros in PSUM whose zeroing the first matmul may absorb
         self.retargeted = False
+        self.layout = self.shape         # HBM: the row-major shape its bytes are laid out in
         if memory != "hbm":
             if self.partitions > 128:
                 raise nki_error("err_num_partition_exceed_arch_limit",
@@ -160,7 +161,7 @@ class Tensor(_Operand):
             raise ValueError(f"cannot reshape {list(self.shape)} to {list(shape)}")
         alias = Tensor.__new__(Tensor)
         alias.__dict__.update(self.__dict__)
-        alias.shape, alias.partition_axis = shape, 0
+        alias.shape, alias.partition_axis, alias.layout = shape, 0, shape
         alias.data = None if self.data is None else self.data.reshape(shape)
         alias.accesses = []      # tracked in its own coordinates: reshape inputs, not outputs
         alias.base = getattr(self, "base", self)
@@ -191,11 +192,18 @@ class View(_Operand):
 
     @property
     def partitions(self) -> int:
-        return self.shape[0]
+        """The view's partition count: its first axis, unless block axes of the tile before the
+        partition axis are kept (a whole ``(blocks, par_dim(128), free)`` tile): then the tile's."""
+        t = self.tensor
+        if t.memory == "hbm" or t.partition_axis == 0 or all(
+                isinstance(i, (int, np.integer)) for i in self.resolved.index[:t.partition_axis]):
+            return self.shape[0]
+        lo, hi = self.box[t.partition_axis]
+        return hi - lo
 
     @property
     def free_size(self) -> int:
-        return prod(self.shape[1:])
+        return self.size // self.partitions
 
     @property
     def size(self) -> int:

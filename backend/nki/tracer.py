@@ -15,6 +15,9 @@ come from the data, not from the program text:
   buffer last. One buffer serialises a loop's load behind the previous iteration's compute; two
   let it prefetch; ``None`` gives every allocation its own buffer (the compiler's best case).
   NKI leaves the count to its compiler; the default is the lowering layer's ``STREAM_BUFS``.
+  ``site_buffers`` overrides it per allocation site: when the tiles do not fit SBUF or PSUM
+  with ``buffers`` each, ``trace_into`` gives the largest ones a single buffer and traces again,
+  as an allocator keeps what fits double-buffered.
 - ``hoist``: an instruction equal to one already run on unchanged inputs is not run again (a
   compiler hoisting loop-invariant work), off by default: the kernel runs as written.
 
@@ -34,7 +37,7 @@ from backend.nki.indexing import box_contains, boxes_overlap, whole_box
 from backend.nki.tensors import Tensor, View
 from backend.sim.ir import COMPUTE_ENGINES
 
-__all__ = ["KernelTracer", "current", "tracing", "DEFAULT_BUFFERS"]
+__all__ = ["KernelTracer", "TooManyBuffers", "current", "tracing", "DEFAULT_BUFFERS"]
 
 DEFAULT_BUFFERS = STREAM_BUFS
 _PACKAGE = str(Path(__file__).resolve().parent)
@@ -69,7 +72,7 @@ class KernelTracer:
     """One kernel run into ``builder.program``; ``values``: compute tile values as well as timing."""
 
     def __init__(self, builder: Builder, *, values: bool = True, buffers: int | None = DEFAULT_BUFFERS,
-                 hoist: bool = False):
+                 hoist: bool = False, site_buffers: dict | None = None):
         if buffers is not None and buffers < 1:
             raise ValueError(f"buffers must be >= 1 or None, got {buffers}")
         self.builder = builder
@@ -77,6 +80,7 @@ class KernelTracer:
         self.program = builder.program
         self.values = values
         self.buffers = buffers
+        self.site_buffers = dict(site_buffers or {})      # (site, memory) -> buffers there
         self.hoist = hoist
         self._waited = {e: set() for e in COMPUTE_ENGINES}
         self._sites: dict = {}          # site -> [tensors allocated there, in order]
@@ -100,8 +104,9 @@ class KernelTracer:
                                 f"PSUM tile {list(tensor.shape)} {tensor.dtype} needs {per_block} B per partition; "
                                 f"a PSUM bank holds {bank} B (512 fp32, nl.tile_size.psum_fmax)")
         placed = self._sites.setdefault((site, memory), [])
-        if self.buffers is not None and len(placed) >= self.buffers:
-            previous = placed[len(placed) - self.buffers]
+        buffers = self.site_buffers.get((site, memory), self.buffers)
+        if buffers is not None and len(placed) >= buffers:
+            previous = placed[len(placed) - buffers]
             tensor.prior = {i for _, i, _ in previous.accesses} | previous.prior
         placed.append(tensor)
         self.allocated.append(tensor)
@@ -207,9 +212,8 @@ class KernelTracer:
         return (opcode, attrs, tuple((id(v.tensor), v.box) for v in inputs))
 
     # -- the end ---------------------------------------------------------------------------
-    def finish(self) -> None:
-        """Check the tiles fit SBUF and PSUM and record the footprint on the program."""
-        per_memory = {"sbuf": 0, "psum": 0}
+    def footprint(self) -> dict:
+        """Bytes per partition each allocation site holds: ``(site, memory) -> (tile bytes, buffers)``."""
         sites: dict = {}
         for t in self.allocated:
             if t.retargeted:
@@ -217,22 +221,41 @@ class KernelTracer:
             key = (t.site, t.memory)
             count, largest = sites.get(key, (0, 0))
             sites[key] = (count + 1, max(largest, t.bytes_per_partition))
-        for (site, memory), (count, largest) in sites.items():
-            per_memory[memory] += largest * (count if self.buffers is None else min(count, self.buffers))
+        out = {}
+        for key, (count, largest) in sites.items():
+            buffers = self.site_buffers.get(key, self.buffers)
+            out[key] = (largest, count if buffers is None else min(count, buffers))
+        return out
+
+    def finish(self) -> None:
+        """Check the tiles fit SBUF and PSUM and record the footprint on the program. Raises
+        ``TooManyBuffers`` (naming the site to single-buffer) when fewer buffers would fit."""
+        sites = self.footprint()
         t = self.target
-        sbuf_limit = t.sbuf_partition_bytes
-        psum_limit = t.psum_bytes // t.partitions
-        if per_memory["sbuf"] > sbuf_limit and self.buffers is not None:
+        limits = {"sbuf": t.sbuf_partition_bytes, "psum": t.psum_bytes // t.partitions}
+        for memory, limit in limits.items():
+            mine = {k: v for k, v in sites.items() if k[1] == memory}
+            need = sum(size * n for size, n in mine.values())
+            if need <= limit or self.buffers is None:
+                continue
+            shrinkable = [(size * (n - 1), k) for k, (size, n) in mine.items() if n > 1]
+            if shrinkable:
+                raise TooManyBuffers(max(shrinkable)[1])
+            what = "SBUF" if memory == "sbuf" else "PSUM (8 banks of %d B)" % t.psum_bank_bytes
             raise nki_error("err_out_of_memory",
-                            f"the kernel's tiles need {per_memory['sbuf']} B of SBUF per partition "
-                            f"({self.buffers} buffers per tile declared in a loop); {t.name} has {sbuf_limit} B")
-        if per_memory["psum"] > psum_limit and self.buffers is not None:
-            raise nki_error("err_out_of_memory",
-                            f"the kernel's PSUM tiles need {per_memory['psum']} B per partition "
-                            f"({self.buffers} buffers per tile declared in a loop); PSUM has {psum_limit} B "
-                            f"(8 banks of {t.psum_bank_bytes} B)")
-        self.builder.note_sbuf(min(per_memory["sbuf"], sbuf_limit) * t.partitions)
-        self.builder.note_psum(min(per_memory["psum"], psum_limit) * t.partitions)
+                            f"the kernel's tiles need {need} B of {what} per partition even with one buffer per "
+                            f"tile declared in a loop; {t.name} has {limit} B per partition")
+        usage = {m: sum(size * n for (site, mem), (size, n) in sites.items() if mem == m) for m in limits}
+        self.builder.note_sbuf(min(usage["sbuf"], limits["sbuf"]) * t.partitions)
+        self.builder.note_psum(min(usage["psum"], limits["psum"]) * t.partitions)
+
+
+class TooManyBuffers(Exception):
+    """The tiles fit only with fewer buffers at ``site`` (a ``(site, memory)`` key)."""
+
+    def __init__(self, site):
+        super().__init__(site)
+        self.site = site
 
 
 def _blocks(tensor: Tensor) -> int:

@@ -53,11 +53,22 @@ def test_psum_tile_larger_than_a_bank():
 
 def test_psum_holds_eight_banks():
     def kernel():
-        for i in nl.affine_range(3):
-            nl.zeros((4, nl.par_dim(128), 512), nl.float32, buffer=nl.psum)    # 4 banks
-    run(kernel, buffers=2)                          # 8 banks: all of PSUM
-    err = _raises("err_out_of_memory", kernel, buffers=3)
-    assert "24576 B per partition" in str(err)
+        for _ in nl.static_range(3):
+            a = nl.zeros((4, nl.par_dim(128), 512), nl.float32, buffer=nl.psum)    # 4 banks
+            b = nl.zeros((4, nl.par_dim(128), 512), nl.float32, buffer=nl.psum)
+            c = nl.zeros((4, nl.par_dim(128), 512), nl.float32, buffer=nl.psum)
+    err = _raises("err_out_of_memory", kernel)
+    assert "24576 B of PSUM" in str(err) and "even with one buffer" in str(err)
+
+
+def test_tiles_that_do_not_fit_twice_get_one_buffer():
+    def kernel():
+        for _ in nl.affine_range(3):
+            nl.zeros((4, nl.par_dim(128), 512), nl.float32, buffer=nl.psum)     # 4 banks
+            nl.zeros((2, nl.par_dim(128), 512), nl.float32, buffer=nl.psum)     # 2 banks
+    result = run(kernel, buffers=2)          # 12 banks double-buffered: the 4-bank tile gets one buffer
+    assert result.program.info.psum_peak_bytes == (4 + 2 * 2) * 2048 * 128
+    assert result.tracer.site_buffers and set(result.tracer.site_buffers.values()) == {1}
 
 
 def test_sbuf_capacity():
