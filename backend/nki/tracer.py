@@ -61,11 +61,12 @@ def tracing(tracer: "KernelTracer"):
 
 
 def _call_site():
-    """(file, line) of the kernel source that made this call: the allocation site of its tile."""
+    """Where in the kernel source this call is (file, line, bytecode offset: two calls on one
+    line are two sites): the allocation site of its tile."""
     frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
         frame = frame.f_back
-    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("?", 0)
+    return (frame.f_code.co_filename, frame.f_lineno, frame.f_lasti) if frame is not None else ("?", 0, 0)
 
 
 class KernelTracer:

@@ -63,10 +63,12 @@ class KernelResult:
                                          "nki_version": NKI_VERSION})
 
     def summary(self) -> dict:
+        """Latency and each engine's busy share of it (DMA: averaged over the core's DMA engines)."""
         busy = self.engine_busy_ns
+        engines = {"dma": get_target(self.target).dma_engines}
         return {"kernel": self.name, "target": self.target, "latency_us": self.latency_ns / 1e3,
-                **{f"{engine}_busy_percent": 100 * ns / self.latency_ns for engine, ns in sorted(busy.items())
-                   if self.latency_ns},
+                **{f"{engine}_busy_percent": 100 * ns / engines.get(engine, 1) / self.latency_ns
+                   for engine, ns in sorted(busy.items()) if self.latency_ns},
                 "instructions": sum(self.instruction_counts.values())}
 
     def _repr_html_(self) -> str:
