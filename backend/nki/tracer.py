@@ -88,14 +88,21 @@ class KernelTracer:
         self._hoisted: dict = {}        # instruction key -> result tensor
         self.allocated: list = []       # on-chip tensors (for the footprint)
         self._keep: list = []           # tensors whose ids hoisting keys name
+        self._shared_hbm: dict = {}     # site -> the HBM tensor every SPMD instance allocates there
         self.grid: tuple = ()           # SPMD launch grid and this instance's position in it
         self.program_ids: tuple = ()
 
     # -- memory ----------------------------------------------------------------------------
     def allocate(self, shape, dtype, memory: str, *, fill=None, name: str = "", site=None) -> Tensor:
         site = site or _call_site()
+        if memory == "hbm" and self.grid:
+            # shared_hbm: every instance of an SPMD launch allocating here gets the same tensor
+            shared = self._shared_hbm.get(site)
+            if shared is not None:
+                return shared
         tensor = Tensor(shape, dtype, memory, site=site, values=self.values, fill=fill, name=name)
         if memory == "hbm":
+            self._shared_hbm[site] = tensor
             return tensor
         if memory == "psum":
             bank = self.target.psum_bank_bytes
