@@ -69,3 +69,16 @@ def test_a_kernel_error_reaches_the_caller_and_the_device_stays_usable(neuron):
     else:
         raise AssertionError("expected an NKIError")
     assert (torch.ones(3, device=neuron) + 1).cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_timing_only_tensors_cost_the_same_kernel(neuron):
+    x, g = torch.rand(256, 512, device=neuron), torch.rand(512, device=neuron)
+    with wb.profile() as with_values:
+        nki_rmsnorm_kernel(x, g)
+    with torch.neuron.timing_only():
+        xt, gt = torch.rand(256, 512, device=neuron), torch.rand(512, device=neuron)
+        with wb.profile() as shapes_only:
+            y = nki_rmsnorm_kernel(xt, gt)
+    assert y.shape == (256, 512)
+    (a,), (b,) = with_values.ops.itertuples(), shapes_only.ops.itertuples()
+    assert (a.name, a.instruction_count, a.time_ns) == (b.name, b.instruction_count, b.time_ns)
