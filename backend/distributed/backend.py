@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import FakeProcessGroup
 
+from backend.device import register as register_device
 from backend.sim.topology import get_topology
 
 from .process_group import NeuronProcessGroup
@@ -41,7 +42,9 @@ class NeuronOptions:
 
 
 def create_process_group(common_opts, backend_opts) -> NeuronProcessGroup:
-    """PyTorch's extended-API creator: ``common_opts`` carries store, group rank, size and timeout."""
+    """PyTorch's extended-API creator: ``common_opts`` carries store, group rank, size and timeout.
+    Registers the device first: a script with only ``import torch`` may name "neuron" here first."""
+    register_device()
     return build_process_group(common_opts, backend_opts, BACKEND_NAME)
 
 
@@ -57,7 +60,7 @@ def build_process_group(common_opts, backend_opts, device_type: str, default_top
         exchange = FakeProcessGroup._create_internal(rank, size)
     else:
         exchange = dist.ProcessGroupGloo(common_opts.store, rank, size, common_opts.timeout)
-    group = NeuronProcessGroup(exchange, rank, size, topology)
+    group = NeuronProcessGroup(exchange, rank, size, topology, fake=options.fake)
     # c10d keeps a group's name on its backends (``_set_group_name`` writes it to each, and
     # ``group_name`` reads the first): without one, DeviceMesh and FSDP2 find "name not set".
     # Collectives still go through NeuronProcessGroup's Python overrides, which report them.
