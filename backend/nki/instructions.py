@@ -203,7 +203,8 @@ def compute(engine: str, opcode: str, inputs, shape, dtype, fn, *, operands=(), 
         raise nki_error("err_num_partition_exceed_arch_limit",
                         f"{opcode}: {shape[0]} partitions exceed the architecture limit of {MAX_PARTITIONS}")
     attrs = dict(attrs or {})
-    key = tr.key(opcode, reads, engine, shape, dtype, tuple(sorted(attrs.items())), repr(mask))
+    mask_key = None if mask is None else (np.shape(mask), np.asarray(mask, bool).tobytes())
+    key = tr.key(opcode, reads, engine, shape, dtype, tuple(sorted(attrs.items())), mask_key)
     hit = tr.hoisted(key, reads)
     if hit is not None:
         return hit

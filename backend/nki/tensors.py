@@ -136,7 +136,7 @@ class Tensor(_Operand):
 
     def __setitem__(self, key, value) -> None:
         view = self[key]
-        if value is view or (isinstance(value, View) and value.written_in_place):
+        if _already_written(view, value):
             return          # ``t[i] += x`` already wrote t[i]
         OPERATORS["assign"](view, value)
 
@@ -249,7 +249,7 @@ class View(_Operand):
 
     def __setitem__(self, key, value) -> None:
         view = self[key]
-        if value is view or (isinstance(value, View) and value.written_in_place):
+        if _already_written(view, value):
             return
         OPERATORS["assign"](view, value)
 
@@ -270,6 +270,12 @@ class View(_Operand):
 
     def __repr__(self) -> str:
         return f"<nki view {list(self.shape)} {self.dtype} of {self.tensor!r}>"
+
+
+def _already_written(view: View, value) -> bool:
+    """``t[i] op= x`` ends with ``t[i] = <the updated t[i]>``: nothing left to do then."""
+    return isinstance(value, View) and value.written_in_place and value.tensor is view.tensor \
+        and value.box == view.box
 
 
 def as_view(value) -> View:

@@ -118,3 +118,17 @@ def test_back_to_back_tiny_scalar_instructions_issue_gap():
     # Between two ScalarE instructions the chain also runs one VectorE instruction.
     vector_ns = (64 + 60 + 100) / get_target("trn1").vector_clock_hz * 1e9
     assert gaps == pytest.approx(model_issue_ns + vector_ns)
+
+
+def test_a_view_updated_in_place_can_be_assigned_elsewhere():
+    def kernel(x):
+        t = nl.load(x)
+        u = nl.ndarray((128, 64), dtype=nl.float32)
+        v = t[:, 0:64]
+        v += 1.0
+        u[...] = v                  # a copy into another tile, not the in-place update's write-back
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=u)
+        return out
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    np.testing.assert_array_equal(run(kernel, x).outputs[0], x + 1)
