@@ -5,6 +5,7 @@ import torch
 from IPython.core import magic_arguments
 from IPython.core.magic import Magics, line_magic, magics_class
 
+from backend.sim import hardware_kinds as kinds
 from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET
 from extensions.common import parse, show_profile, usage_error
 from workbench.devices import available
@@ -16,7 +17,7 @@ __all__ = ["MigrateMagics"]
 
 _KNOWN = available()
 # bare names of the role's own device, or device:preset for any simulated device (tpu:v6e)
-_QUALIFIED = [f"{d}:{t}" for d in ("neuron", "cuda", "tpu") for t in _KNOWN[d]]
+_QUALIFIED = [f"{d}:{t}" for d in kinds.devices() for t in _KNOWN[d]]
 
 
 @magics_class

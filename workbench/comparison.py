@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from backend.sim import hardware_kinds as kinds
 from backend.sim.tpu import COMPILED_PATH_NOTE as TPU_NOTE
 from workbench.format import fmt_bytes, fmt_time_s, fmt_usd
 from workbench.devices import HOST_DEVICE, available as devices_available
@@ -77,7 +78,7 @@ class Comparison:
                 for r in self.frame.itertuples()]
         table = html_table(rows, ("", "time", "HBM traffic", "MFU", "ops", "fallbacks", "USD / step",
                                   f"USD / 1M {unit}", f"{unit} / USD"), row_headers=True)
-        notes = sorted({TPU_NOTE for d in self.frame["device"] if d == "tpu"})
+        notes = sorted({TPU_NOTE for d in self.frame["device"] if d in SIMULATED_DEVICES and kinds.for_device(d).compiled_timing})
         return table + "".join(f"<p><small>{html.escape(n)}</small></p>" for n in notes)
 
 

@@ -50,8 +50,9 @@ def grid_points(grid: Mapping[str, Sequence]) -> list[dict]:
 
 
 def _device_of(target: str) -> str:
+    from backend.sim import hardware_kinds as kinds
     from backend.sim.presets import get_target
-    return {"gpu": "cuda"}.get(get_target(target).kind, "neuron")
+    return kinds.kind(get_target(target).kind).device
 
 
 def _training_step(model: nn.Module, inputs: Callable, point: dict, ddp_options: dict | None) -> Callable:
