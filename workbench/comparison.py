@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from backend.sim.checks import positive
 from backend.sim.tpu import COMPILED_PATH_NOTE as TPU_NOTE
 from workbench.format import fmt_bytes, fmt_time_s, fmt_usd
 from workbench.devices import HOST_DEVICE, available as devices_available
@@ -142,6 +143,8 @@ def compare(fn: Callable, devices: Sequence[str] = ("cpu", "cuda", "neuron"), co
     simulated devices, "inductor" on cpu). ``timing_only``: tensors made while ``fn`` runs hold
     shapes but no values (simulated devices only: the cpu row measures computing them).
     """
+    if tokens_per_step is not None:
+        positive("tokens_per_step", tokens_per_step)        # refused before anything runs
     if timing_only and "cpu" in devices:
         raise ValueError("compare(timing_only=True) needs simulated devices only: the cpu row measures host "
                          "wall time computing values; pass devices=('neuron', 'cuda')")

@@ -168,6 +168,8 @@ def test_profile_on_the_active_tpu(small):
     ("--compare neuron -t h100", CELL, "unknown target h100"),
     ("--compare cpu,neuron --band", CELL, "--band times one device"),
     ("--bogus", CELL, "unrecognized arguments: --bogus"),
+    *((f"--compare cpu,neuron --tokens={bad}", CELL, f"expected a finite number > 0, got '{bad}'")
+      for bad in ("nan", "inf", "-inf", "-5", "0")),
 ])
 def test_bad_input_is_a_usage_error(small, line, cell, message):
     small.run_line_magic("neuron_device", "neuron --target trn1")
