@@ -58,10 +58,13 @@ class Comparison:
         return profiles_figure(chosen, title=f"Eager vs compiled on {device}")
 
     def show(self):
+        """The table and the figures (drawn in Jupyter; named in a terminal)."""
         from IPython.display import display
+
+        from workbench.figures.display import display_figure
         display(self)
-        display(self.figure())
-        display(self.cost_figure())
+        display_figure(self.figure())
+        display_figure(self.cost_figure())
 
     def __repr__(self) -> str:
         runs = ", ".join(f"{r.label}: {r.time_s:.3g} s" for r in self.frame.itertuples())
