@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch.distributed as dist
 from torch import nn
 
-from backend.sim.checks import positive_int
+from backend.sim.checks import positive, positive_int
 from workbench.ray_cluster import ray_module, ray_session
 
 __all__ = ["sweep", "grid_points", "run_point", "POINT_DEFAULTS", "RESULT_COLUMNS"]
@@ -179,6 +179,7 @@ def sweep(fn_or_model, grid: Mapping[str, Sequence], *, inputs: Callable | None 
         raise ValueError("sweep(): a model needs inputs=, a function batch -> input tensor")
     points = grid_points(grid)
     check_points(fn_or_model, points)            # before a Ray starts or a point runs
+    num_cpus, connect_timeout_s = positive_int("num_cpus", num_cpus), positive("connect_timeout_s", connect_timeout_s)
     if not parallel:
         bar = _progress_bar(len(points), progress)
         rows = []

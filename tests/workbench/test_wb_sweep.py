@@ -103,6 +103,13 @@ def test_a_bad_grid_is_refused_before_anything_runs(grid, message):
         wb.sweep(MLP, grid, inputs=_batch, parallel=False, progress=False)
 
 
+@pytest.mark.parametrize("option,value", [("connect_timeout_s", float("nan")), ("connect_timeout_s", -1.0),
+                                          ("connect_timeout_s", 0.0), ("num_cpus", 0), ("num_cpus", 1.5)])
+def test_bad_sweep_options_are_refused(option, value):
+    with pytest.raises(ValueError, match=rf"Invalid {option}: "):
+        wb.sweep(all_reduce_step, {"chips": [1]}, address="127.0.0.1:1", progress=False, **{option: value})
+
+
 def test_a_function_must_take_every_key_of_the_grid():
     with pytest.raises(ValueError, match="unexpected keyword argument 'tgt'"):
         wb.sweep(all_reduce_step, {"tgt": ["h100"]}, parallel=False, progress=False)
