@@ -40,6 +40,8 @@ class Profile:
     (both set by ``profile()`` and the migration report), which :meth:`time_band` uses.
     """
 
+    _recording = False          # True while its ``with profile()`` block runs
+
     def __init__(self, traces=(), graphs=(), *, meta: dict | None = None):
         self.meta: dict = dict(meta or {})
         self.result = None
@@ -47,7 +49,17 @@ class Profile:
         self.workload_target = None          # the config (NeuronCore, GPU, TPU) the workload ran on
         self.replay = None                   # config -> simulated ns of the workload there
         self.band = None
+        self._step_clock = None              # the simulated clock, while profile() records into it
         self._attach(traces, graphs)
+
+    def _set_recording(self, recording: bool) -> None:
+        """Mark the profile as filling in (a ``with profile()`` block is running) or done."""
+        self._recording = recording
+
+    def _require_results(self) -> None:
+        if self._recording:
+            raise RuntimeError("profile results are available after the `with` block ends: this profile is "
+                               "still recording")
 
     @classmethod
     def coerce(cls, obj) -> "Profile":
@@ -56,6 +68,7 @@ class Profile:
 
     def _attach(self, traces, graphs=()) -> None:
         """(Re)fill the profile; used when a ``with profile()`` block ends."""
+        self._recording = False
         self.traces = [traces] if isinstance(traces, Trace) else list(traces)
         self.graphs = expand_graphs(graphs)
         for name in ("trace", "ops", "instructions", "fallbacks", "timeline", "memory"):
@@ -65,6 +78,7 @@ class Profile:
     # -- data ------------------------------------------------------------------------------
     @cached_property
     def trace(self) -> Trace:
+        self._require_results()
         if not self.traces:
             return Trace(target=str(self.meta.get("target", "")),
                          device_kind=str(self.meta.get("device_kind", "neuron")))
@@ -72,6 +86,7 @@ class Profile:
 
     @property
     def summary(self) -> dict:
+        self._require_results()
         out = self.trace.summary()
         out["graph_count"] = len(self.graphs)
         out["graph_break_count"] = sum(len(g.graph_breaks) for g in self.graphs)
@@ -86,11 +101,22 @@ class Profile:
                 out["band_dominant"] = widest[0].knob.name
         return out
 
+    def step(self) -> None:
+        """Mark the end of a training step, as torch.profiler's ``prof.step()`` does, inside the
+        ``with wb.profile() as prof:`` block. The step ends when the simulated device has run what
+        was issued so far; the Chrome trace export writes each step as a ``ProfilerStep#<n>`` span
+        (n from 0), which Holistic Trace Analysis's per-iteration analyses read."""
+        if self._step_clock is None:
+            raise RuntimeError("Profile.step() marks steps while the profile records: call it inside its "
+                               "'with wb.profile() as prof:' block")
+        self.meta.setdefault("step_ends_ns", []).append(float(self._step_clock()))
+
     def time_band(self):
         """The simulated time with its error band (``backend.sim.sensitivity.TimeBand``): the run
         replayed with every modelling assumption of its target (NeuronCore, GPU or TPU) at its
         plausible range ends. Costs about two replays per assumption, so it runs on request;
         afterwards ``summary`` carries ``total_time_low`` / ``total_time_high``."""
+        self._require_results()
         if self.replay is None:
             raise RuntimeError("time_band() needs a profile made by profile() or migration_report(); this one "
                                "kept no workload to replay")
@@ -169,9 +195,14 @@ class Profile:
         return present("profile.figures", self)
 
     def _repr_html_(self) -> str:
+        if self._recording:
+            return f"<p>{self!r}</p>"
         return summary_html(self.summary, caption=f"Profile: {self.trace.device_kind} {self.trace.target}")
 
     def __repr__(self) -> str:
+        if self._recording:
+            return f"Profile({self.meta.get('device_kind', '')} {self.meta.get('target', '')}: recording, results " \
+                   "after the `with` block ends)"
         s = self.summary
         return (f"Profile({s['device_kind']} {s['target']}: {s['op_count']} ops, "
                 f"{s['total_time'] * 1e6:.1f} us simulated, {len(self.graphs)} graphs"

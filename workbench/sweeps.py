@@ -35,7 +35,7 @@ from torch import nn
 from backend.sim.checks import positive, positive_int
 from workbench.ray_cluster import ray_module, ray_session
 
-__all__ = ["sweep", "grid_points", "run_point", "POINT_DEFAULTS", "RESULT_COLUMNS"]
+__all__ = ["sweep", "grid_points", "run_point", "POINT_DEFAULTS", "RESULT_COLUMNS", "SWEEP_COLUMNS"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ POINT_DEFAULTS = {"target": "trn2", "chips": 1, "parallelism": "ddp", "batch": 1
 RESULT_COLUMNS = {"step_time_s": "total_time", "compute_time_s": "compute_time",
                   "communication_time_s": "communication_time",
                   "exposed_communication_time_s": "exposed_communication_time"}
+SWEEP_COLUMNS = tuple(RESULT_COLUMNS)      # the measured columns of a sweep's DataFrame (public: wb.SWEEP_COLUMNS)
 _PARALLELISMS = ("ddp", "none")
 
 
@@ -169,9 +170,9 @@ def sweep(fn_or_model, grid: Mapping[str, Sequence], *, inputs: Callable | None 
     started with token authentication (``RAY_AUTH_MODE=token``, the default from Ray 2.5x) needs
     ``RAY_AUTH_MODE=token`` and its token (``RAY_AUTH_TOKEN``) in this process's environment too.
     By default a local Ray with ``num_cpus`` workers is started, listening on 127.0.0.1 only
-    (and shut down afterwards). An already initialised Ray is used as it is. ``parallel=False`` runs the points one after another in this process
-    instead (no Ray: a small grid finishes before a local Ray would have started). ``progress``
-    shows a tqdm bar as points finish.
+    (and shut down afterwards). An already initialised Ray is used as it is. ``parallel=False``
+    runs the points one after another in this process instead (no Ray: a small grid finishes
+    before a local Ray would have started). ``progress`` shows a tqdm bar as points finish.
     """
     import pandas as pd
 

@@ -231,7 +231,8 @@ def _execute(func, facts, args, kwargs, host_args, host_kwargs, device, target, 
         for w in (wrapped if isinstance(wrapped, (tuple, list)) else (wrapped,)):
             if w.__class__ is DeviceTensor:
                 carry_math_bits(w)
-    if _STREAM.sinks and not _STREAM.suspend_depth:   # recording.STREAM.listening, inlined: hot path
+    # recording.STREAM.listening, inlined: hot path
+    if _STREAM.sinks and not (_STREAM.suspended_threads and _STREAM.suspended_here()):
         host_outputs = _host_outputs(out)
         # Tracer (fake) outputs mean torch.compile is tracing: that is not an executed op.
         if all(t.__class__ is torch.Tensor for t in host_outputs):
