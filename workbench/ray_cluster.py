@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import socket
 
 __all__ = ["ray_module", "ray_session", "check_reachable", "LOOPBACK", "AUTH_HINT"]
@@ -63,6 +64,33 @@ def _check_client_installed(address: str) -> None:
                           "needs ray[client]: pip install 'neuron-workbench[sweep]' (or 'ray[client]')")
 
 
+_SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def _single_machine(ray):
+    """Ray's single-machine mode while a local Ray starts: every service on loopback.
+
+    On Linux Ray resolves even ``_node_ip_address="127.0.0.1"`` to the host's routable address
+    and binds its GCS and raylet to all interfaces; the single-machine mode Ray uses on macOS and
+    Windows (``ray_constants.ENABLE_RAY_CLUSTER`` False, ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
+    for the processes it starts) keeps the node IP, and with it every listener, on 127.0.0.1.
+    """
+    from ray._private import ray_constants
+
+    saved_env, saved_flag = os.environ.get(_SINGLE_MACHINE_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[_SINGLE_MACHINE_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_env is None:
+            os.environ.pop(_SINGLE_MACHINE_ENV, None)
+        else:
+            os.environ[_SINGLE_MACHINE_ENV] = saved_env
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None, num_cpus: int, connect_timeout_s: float):
     """Ray, initialised for the block: a loopback-only local Ray when ``address`` is None, the
@@ -72,9 +100,8 @@ def ray_session(address: str | None, num_cpus: int, connect_timeout_s: float):
         yield ray
         return
     if address is None:
-        # The node IP on loopback keeps Ray's services (GCS, raylet, object manager, the
-        # autoscaler's metrics endpoint) off the network.
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, _node_ip_address=LOOPBACK)
+        with _single_machine(ray):
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, _node_ip_address=LOOPBACK)
     else:
         _check_client_installed(address)
         check_reachable(address, connect_timeout_s)

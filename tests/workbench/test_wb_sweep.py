@@ -171,4 +171,10 @@ def test_a_local_ray_listens_on_loopback_only():
         listening = {(c.laddr.ip, c.laddr.port) for c in psutil.net_connections("inet")
                      if c.pid in pids and c.status == psutil.CONN_LISTEN}
     assert listening, "a local Ray listens somewhere"
-    assert {ip for ip, _ in listening} <= {"127.0.0.1", "::1"}, listening
+    assert all(_is_loopback(ip) for ip, _ in listening), listening
+
+
+def _is_loopback(ip: str) -> bool:
+    import ipaddress
+    address = ipaddress.ip_address(ip)
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback     # ::ffff:127.0.0.1 too
