@@ -4,7 +4,8 @@
 //   (torch.UntypedStorage(n, device="neuron"), storage resize_) have real bytes instead of
 //   dereferencing a missing allocator, and torch.accelerator.memory_* has an allocator to ask.
 // - PrivateUse1 hooks (availability, default generator, storage resize) and a device guard
-//   whose synchronizeDevice exists (the simulator is synchronous: nothing to wait for).
+//   whose synchronizeDevice exists (the simulator is synchronous: nothing to wait for) and
+//   whose timing events read the simulated clock through Python callbacks.
 // - The scaled_dot_product_attention backend choice: where CPU would run its flash kernel, the
 //   device takes SDPA's "overrideable" fused path, as TorchNeuron does (its
 //   _fused_sdp_choice_neuron returns overrideable), instead of the unfused math path.
@@ -26,6 +27,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -42,6 +44,17 @@ using PoolResetFn = void (*)(int device, int peak_only);
 
 PoolStatsFn pool_stats = nullptr;
 PoolResetFn pool_reset = nullptr;
+
+// Timing events (torch.Event("neuron", enable_timing=True)) read the simulated clock, which
+// Python keeps (backend/device/event_clock.py): recording stamps the event and returns a handle
+// to the stamp, elapsed compares two stamps (NaN: different simulated timelines), release drops
+// one. Cleared at interpreter exit, after which events record nothing.
+using EventStampFn = int64_t (*)(int64_t previous);
+using EventElapsedFn = double (*)(int64_t start, int64_t end);
+using EventReleaseFn = void (*)(int64_t handle);
+std::atomic<EventStampFn> event_stamp{nullptr};
+std::atomic<EventElapsedFn> event_elapsed{nullptr};
+std::atomic<EventReleaseFn> event_release{nullptr};
 
 // This thread's current NeuronCore, as CUDA keeps a current device per thread (the guard below
 // sets it; backend/device/neuron_module.py reads it).
@@ -238,10 +251,30 @@ struct NeuronGuard final : c10::impl::DeviceGuardImplInterface {
   c10::Stream getNewStream(c10::Device device, int) const override { return defaultStream(device); }
   c10::Stream exchangeStream(c10::Stream stream) const noexcept override { return defaultStream(stream.device()); }
   c10::DeviceIndex deviceCount() const noexcept override { return static_cast<c10::DeviceIndex>(device_count.load()); }
-  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  // An event is a handle to its stamp, stored in the void* itself (0: never stamped).
+  void record(void** event, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag flag) const override {
+    if (flag != c10::EventFlag::BACKEND_DEFAULT) return;   // not a timing event: nothing to stamp
+    const EventStampFn stamp = event_stamp.load();
+    TORCH_CHECK(stamp != nullptr, "neuron timing events need the simulated clock, which is not available");
+    const int64_t handle = stamp(reinterpret_cast<int64_t>(*event));
+    TORCH_CHECK(handle != 0, "neuron: reading the simulated clock failed (see the logged error)");
+    *event = reinterpret_cast<void*>(handle);
+  }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    TORCH_CHECK(start != nullptr && end != nullptr, "Both events must be recorded before calculating elapsed time.");
+    const EventElapsedFn elapsed = event_elapsed.load();
+    TORCH_CHECK(elapsed != nullptr, "neuron timing events need the simulated clock, which is not available");
+    const double ms = elapsed(reinterpret_cast<int64_t>(start), reinterpret_cast<int64_t>(end));
+    TORCH_CHECK(!std::isnan(ms), "The two events were recorded on different simulated timelines (one inside a "
+                "profile, one outside it, or in two profiles); record both in the same one.");
+    return ms;
+  }
   void block(void*, const c10::Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    const EventReleaseFn release = event_release.load();
+    if (event != nullptr && release != nullptr) release(reinterpret_cast<int64_t>(event));
+  }
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream&) const override {}
   void synchronizeEvent(void*) const override {}
@@ -369,3 +402,10 @@ extern "C" void neuron_storage_bytes(int device, int64_t* out) {
   out[1] = books.peak;
 }
 extern "C" void neuron_set_current_device(int device) { current_device = static_cast<c10::DeviceIndex>(device); }
+
+// The simulated clock of timing events (all null: events record nothing, at interpreter exit).
+extern "C" void neuron_set_event_clock(EventStampFn stamp, EventElapsedFn elapsed, EventReleaseFn release) {
+  event_stamp.store(stamp);
+  event_elapsed.store(elapsed);
+  event_release.store(release);
+}
