@@ -39,6 +39,7 @@ from workbench.aggregate import aggregate_events, busy_per_bin
 from workbench.presenters import presenter
 from workbench.profiles import Profile
 from workbench.records import OP_COLUMNS, check_columns, json_safe, trace_from_parts, trace_header
+from workbench.trace_folder import check_list_of_mappings, check_mapping, check_times, reading
 
 __all__ = ["export_chrome_trace", "chrome_trace_dict", "load_trace", "DEFAULT_MAX_EVENTS", "FORMAT"]
 
@@ -268,6 +269,8 @@ def _read_json(path: Path):
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not valid JSON, so not a readable trace (corrupt or truncated?): {exc}") from exc
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to be a trace (damaged file)") from None
 
 
 @presenter("profile.load")
@@ -286,16 +289,17 @@ def load_trace(path):
     if not isinstance(wb, dict) or wb.get("format") != FORMAT:
         raise ValueError(f"{path}: a Chrome trace, but not one written by the workbench (no 'workbench' "
                          "section with its op records); open it in Perfetto (ui.perfetto.dev) instead")
-    try:
+    with reading(path, "workbench trace"):
+        header = check_mapping(path, "workbench.trace", wb.get("trace"), optional=False)
+        graphs = check_list_of_mappings(path, "workbench.graphs", wb.get("graphs"))
+        meta = dict(check_mapping(path, "workbench.meta", wb.get("meta")))
+        meta["events_level"] = check_mapping(path, "workbench.events", wb.get("events")).get("level", "instruction")
         tid_engine = {ev["tid"]: ev["args"]["name"] for ev in data["traceEvents"]
                       if ev.get("ph") == "M" and ev.get("name") == "thread_name" and ev.get("pid") == DEVICE_PID}
         rows = [(ev["ts"] * 1000.0, (ev["ts"] + ev["dur"]) * 1000.0, tid_engine[ev["tid"]], ev["args"]["opcode"],
                  ev["args"]["op_index"], ev["args"].get("bytes", 0), ev["args"].get("flops", 0))
                 for ev in data["traceEvents"] if ev.get("ph") == "X" and ev.get("pid") == DEVICE_PID]
         check_columns(wb["ops"]["columns"], OP_COLUMNS, f"{path} (workbench.ops)")
-        trace = trace_from_parts(wb["trace"], _records(wb["ops"]), rows)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: workbench trace is damaged ({type(exc).__name__}: {exc})") from exc
-    meta = dict(wb.get("meta") or {})
-    meta["events_level"] = wb.get("events", {}).get("level", "instruction")
-    return Profile([trace], wb.get("graphs") or [], meta=meta)
+        trace = trace_from_parts(header, _records(wb["ops"]), rows)
+        check_times(path, trace)
+        return Profile([trace], graphs, meta=meta)

@@ -357,8 +357,13 @@ REPORTED_AS: dict[str, torch.device] = {}
 
 def reported_device(device: torch.device) -> torch.device:
     """The device a new tensor requested by C++ on ``device`` reports (index filled in: the
-    current device of its type, as for ``torch.empty(2, device="cuda")``)."""
+    current device of its type, as for ``torch.empty(2, device="cuda")``).
+
+    ``REPORTED_AS`` (CUDA emulation) re-labels C++'s own allocations on the backing device, which
+    name it with an index taken from a tensor. A device without an index was named by the user
+    (``device="neuron"``): that one is what they asked for, so an op mixing it with an emulated
+    cuda tensor raises PyTorch's "Expected all tensors to be on the same device"."""
     if device.index is None:
         module = DEVICE_MODULES.get(device.type)
-        device = torch.device(device.type, module.current_device() if module is not None else 0)
+        return torch.device(device.type, module.current_device() if module is not None else 0)
     return REPORTED_AS.get(device.type, device) if device.index == 0 else device

@@ -81,7 +81,7 @@ def set_target(name: str = DEFAULT_TARGET, lnc: int | None = None):
     """
     from backend.sim.presets import get_target as preset
 
-    config = preset(name) if isinstance(name, str) else name
+    config = preset(name, kind="neuron")      # a GPU or TPU target is refused, naming its device
     if lnc_of(config) != 1:
         if lnc is not None and lnc != lnc_of(config):
             raise ValueError(f"{config.name} is a logical core at LNC={lnc_of(config)}, not LNC={lnc}")

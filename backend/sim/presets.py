@@ -237,6 +237,10 @@ def kinds() -> tuple[str, ...]:
     return tuple(_PRESET_TABLES)
 
 
+# The simulated device that runs each kind of target.
+_DEVICE_OF_KIND = {"neuron": "neuron", "gpu": "cuda", "tpu": "tpu"}
+
+
 def _check_kind(kind: str | None) -> None:
     if kind is not None and kind not in _PRESET_TABLES:
         raise ValueError(f"unknown preset kind {kind!r}; known: {', '.join(_PRESET_TABLES)}")
@@ -263,7 +267,11 @@ def get_target(target: str | HardwareConfig | None = None, kind: str | None = No
         target = DEFAULT_TARGETS[kind or "neuron"]
     config = target if isinstance(target, HardwareConfig) else _named(str(target).lower())
     if config is None or (kind is not None and config.kind != kind):
-        mismatch = f" ({config.name!r} is a {config.kind} target)" if config is not None else ""
+        mismatch = ""
+        if config is not None:
+            device = _DEVICE_OF_KIND.get(config.kind, config.kind)
+            mismatch = (f" ({config.name!r} is a {config.kind} target: select it on the {device!r} device, "
+                        f"e.g. wb.set_device({device!r}, {config.name!r}))")
         raise ValueError(f"unknown target {target if config is None else config.name!r}; known{f' {kind}' if kind else ''} "
                          f"targets: {', '.join(sorted(list_presets(kind)))}{mismatch}")
     return config

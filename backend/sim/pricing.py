@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from backend.sim.checks import non_negative, positive, positive_int
 from backend.sim.presets import get_target
 from backend.sim.spec import ASSUMPTION, HardwareConfig, format_quantity, spec
 
@@ -46,9 +47,9 @@ class InstancePrice(HardwareConfig):
     price_date: str = spec("", unit="", source=_LIST, help="when the price was read (YYYY-MM)")
 
     def __post_init__(self) -> None:
-        if self.chips < 1 or self.usd_per_hour < 0:
-            raise ValueError(f"InstancePrice {self.name!r}: chips must be >= 1 and usd_per_hour >= 0, "
-                             f"got {self.chips} and {self.usd_per_hour}")
+        # A NaN, infinite, zero or negative price would turn into "nan% fewer tokens per dollar".
+        positive_int(f"chips of {self.name}", self.chips)
+        positive(f"usd_per_hour of {self.name}", self.usd_per_hour)
 
     @property
     def price_source(self) -> str:
@@ -66,7 +67,8 @@ class InstancePrice(HardwareConfig):
 
     def charge(self, seconds: float, devices: int = 1) -> float:
         """USD for ``devices`` simulated devices held ``seconds`` (the per-device share rule)."""
-        if not 1 <= devices <= self.devices:
+        seconds = non_negative("seconds", seconds)
+        if not 1 <= positive_int("devices", devices) <= self.devices:
             raise ValueError(f"{self.name} has {self.devices} devices; cannot charge {devices}")
         return self.usd_per_device_hour * devices * seconds / 3600.0
 
@@ -148,6 +150,7 @@ def price(name: str | InstancePrice) -> InstancePrice:
 def set_price(name: str, usd_per_hour: float, *, date: str | None = None,
               source: str = "user override") -> InstancePrice:
     """Replace an instance's price (reserved, spot, negotiated) until :func:`reset_prices`."""
+    usd_per_hour = positive("usd_per_hour", usd_per_hour)
     base = price(name)
     was = format_quantity(base.usd_per_hour, "USD/h")
     updated = dataclasses.replace(
@@ -169,14 +172,13 @@ def reset_prices(name: str | None = None) -> None:
 # -- cost arithmetic -----------------------------------------------------------------------------
 def cost_per_step(step_time_s: float, instance: str | InstancePrice, devices: int = 1) -> float:
     """USD one step costs on ``devices`` simulated devices of ``instance``."""
-    return price(instance).charge(step_time_s, devices)
+    return price(instance).charge(positive("step_time_s", step_time_s), devices)
 
 
 def cost_per_million(step_time_s: float, items_per_step: float, instance: str | InstancePrice,
                      devices: int = 1) -> float:
     """USD per one million tokens (or samples) processed at ``items_per_step``."""
-    if items_per_step <= 0:
-        raise ValueError(f"items_per_step must be positive, got {items_per_step}")
+    items_per_step = positive("items_per_step", items_per_step)
     return cost_per_step(step_time_s, instance, devices) / items_per_step * 1e6
 
 
@@ -188,7 +190,8 @@ def items_per_dollar(step_time_s: float, items_per_step: float, instance: str | 
 
 def percent_more_per_dollar(a_items_per_dollar: float, b_items_per_dollar: float) -> float:
     """How many % more items per dollar A gives than B (negative: fewer)."""
-    return (a_items_per_dollar / b_items_per_dollar - 1.0) * 100.0
+    a, b = positive("a_items_per_dollar", a_items_per_dollar), positive("b_items_per_dollar", b_items_per_dollar)
+    return (a / b - 1.0) * 100.0
 
 
 def more_per_dollar(a: "CostEstimate", b: "CostEstimate", unit: str = "tokens") -> str:
@@ -237,6 +240,7 @@ class CostEstimate:
 def estimate(step_time_s: float, items_per_step: float, instance: str | InstancePrice,
              devices: int = 1) -> CostEstimate:
     """Cost of one step of ``items_per_step`` tokens/samples taking ``step_time_s`` on ``instance``."""
+    step_time_s, items_per_step = positive("step_time_s", step_time_s), positive("items_per_step", items_per_step)
     inst = price(instance)
     return CostEstimate(inst.name, inst.accelerator, step_time_s, items_per_step, devices, inst.usd_per_hour,
                         inst.charge(step_time_s, devices), inst.price_date, inst.price_source)

@@ -33,7 +33,7 @@ def test_unknown_target_lists_known():
                                         r"v5e, v5p, v6e$"):
         get_target("tpu")
     with pytest.raises(ValueError, match=r"unknown target 'h100'; known neuron targets: trn1, trn2, trn3 "
-                                         r"\('h100' is a gpu target\)"):
+                                         r"\('h100' is a gpu target: select it on the 'cuda' device"):
         get_target("h100", kind="neuron")
     with pytest.raises(ValueError, match="known neuron targets"):
         get_target(h100, kind="neuron")

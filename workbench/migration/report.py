@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from backend.sim.checks import positive, positive_int
 from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET, get_target
 from workbench.migration.compile import CompileReadiness, compile_readiness
 from workbench.migration.memory import MemoryFit, fit_memory, measure_memory
@@ -185,6 +186,9 @@ def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEUR
     time there -- a plan ("fsdp", "ddp") or a dict of ``wb.fit_chips`` keywords (``hbm_bytes``
     for a what-if HBM, ``max_chips``); the "chips" section shows it.
     """
+    positive("drift_threshold", drift_threshold)        # refused before the model runs
+    for size in batch_sizes or ():
+        positive_int("batch size in batch_sizes", size)
     start = time.perf_counter()
     target_side, baseline_side = cost_target(target, "neuron"), cost_target(baseline, "cuda")
     cfg = target_side.config if target_side.device == "neuron" else get_target(RUN_TARGET_FOR_OTHERS)
