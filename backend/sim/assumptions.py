@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
-from backend.sim.spec import ASSUMPTION
+from backend.sim.spec import ASSUMPTION, check_plausible
 
 __all__ = ["Assumption", "ASSUMPTIONS", "value", "overridden", "registered", "on_change", "cached",
            "table"]
@@ -38,13 +38,7 @@ class Assumption:
     integer: bool = False           # counts and sizes: range ends are rounded to whole numbers
 
     def __post_init__(self) -> None:
-        if self.source.startswith(ASSUMPTION):
-            if self.plausible is None:
-                raise TypeError(f"assumption {self.name!r} needs a plausible (low, high) range")
-            low, high = self.plausible
-            if not low <= self.value <= high:
-                raise ValueError(f"assumption {self.name!r}: value {self.value} outside its plausible "
-                                 f"range {self.plausible}")
+        check_plausible(f"assumption {self.name!r}", self.value, self.source, self.plausible)
 
     @property
     def is_assumption(self) -> bool:
