@@ -73,6 +73,10 @@ _register("gemm.max_psum_groups_per_step", 8, "groups", plausible=(4, 16), integ
 _register("gemm.psum_tiles_per_group", 4, "tiles", plausible=(2, 4), integer=True,
           why="output tiles accumulated per PSUM group; two groups in flight fill the 8 banks, so 4 is "
               "the most that fits and 2 a more conservative compiler")
+_register("gemm.simulated_plans", 4, "plans per estimate", plausible=(1, 8), integer=True,
+          why="blocking plans the planner times by simulation, the best this many by each of its two "
+              "closed-form estimates (pipelined, roofline), as an autotuner times a few variants; 1 "
+              "trusts the estimates, more finds the fastest plan more often at more planning cost")
 
 # -- streamed tile pipelines (backend/lowering/stream.py, kernel.py, attention.py) ---------------
 _register("stream.tile_bytes_per_partition", 8 * 1024, "B", plausible=(4 * 1024, 16 * 1024), integer=True,
