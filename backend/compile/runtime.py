@@ -16,7 +16,7 @@ from torch import fx
 from backend import recording
 from backend.recording import SIMULATED_DEVICE_TYPES
 
-from .feed import feed_kernel, first_call_done
+from .feed import feed_graph, first_call_done
 from .kernels import ValueCapture, build_kernels, has_symbolic_shapes
 from .graph_log import CompiledPartInfo
 
@@ -114,7 +114,6 @@ class CompiledPart:
         args.clear()
         with recording.suspended():   # a sink must not see its own bookkeeping as device ops
             for sink, _with_source in sinks:
-                for kernel in kernels:
-                    feed_kernel(sink, kernel)
+                feed_graph(sink, kernels)
         first_call_done(kernels)
         return out
