@@ -5,8 +5,9 @@ This layer sits below both ``backend.device`` (which emits one OpRecord per eage
 meet here. It imports torch and ``backend.sim`` only.
 
 - Sinks (the simulator sessions) subscribe with ``recording(sink)``; with no sink nobody builds
-  records at all, so recording costs nothing when nobody listens. ``suspended()`` hides ops
-  from the sinks (e.g. while a compiler traces them).
+  records at all, so recording costs nothing when nobody listens. ``suspended()`` hides the
+  ops of the thread that suspends (e.g. while a compiler traces them) from every sink; other
+  threads' ops are still recorded.
 - A sink receives the ops of the thread that opened it (so two threads profiling at once keep
   their runs apart), including the backward ops autograd runs for that thread on its device
   worker threads; ``recording(sink, all_threads=True)`` receives every thread's ops.
@@ -72,7 +73,10 @@ class OpStream:
         self._lock = threading.Lock()
         self.sinks: tuple = ()
         self.active_memo: tuple | None = None    # active_sinks()'s last answer
-        self.suspend_depth = 0
+        # Threads inside ``suspended()``: a count, so the hot path reads one attribute while
+        # no thread is suspended; each thread's own depth is in ``suspension``.
+        self.suspended_threads = 0
+        self.suspension = threading.local()
         self.taggers: tuple = ()
         self.target_source: Callable[[], NeuronConfig] | None = None
         self.counter = itertools.count()
@@ -82,7 +86,24 @@ class OpStream:
 
     @property
     def listening(self) -> bool:
-        return bool(self.sinks) and not self.suspend_depth
+        return bool(self.sinks) and not (self.suspended_threads and self.suspended_here())
+
+    def suspended_here(self) -> bool:
+        """Whether the calling thread is inside ``suspended()``."""
+        return getattr(self.suspension, "depth", 0) > 0
+
+    def suspend(self) -> None:
+        depth = getattr(self.suspension, "depth", 0)
+        if depth == 0:
+            with self._lock:
+                self.suspended_threads += 1
+        self.suspension.depth = depth + 1
+
+    def resume(self) -> None:
+        self.suspension.depth -= 1
+        if self.suspension.depth == 0:
+            with self._lock:
+                self.suspended_threads -= 1
 
     def subscribe(self, entry) -> None:
         with self._lock:
@@ -97,12 +118,14 @@ class OpStream:
             self.active_memo = None     # let go of the closed sink
 
     def reset(self) -> None:
-        """Drop every sink and suspension (tests); taggers and the target source stay, as the
-        device layer registers them once at import."""
+        """Drop every sink and this thread's suspension (tests); taggers and the target source
+        stay, as the device layer registers them once at import."""
         with self._lock:
             self.sinks = ()
             self.active_memo = None
-            self.suspend_depth = 0
+            if self.suspended_here():
+                self.suspended_threads -= 1
+            self.suspension.depth = 0
 
 
 STREAM = OpStream()
@@ -130,9 +153,9 @@ class OpFactsCache(dict):
 
 def active_sinks() -> tuple:
     """``(sink, with_source)`` entries that should receive an op issued now: those opened by
-    the op's thread or for all threads (empty while suspended)."""
+    the op's thread or for all threads (empty while this thread is suspended)."""
     sinks = STREAM.sinks
-    if not sinks or STREAM.suspend_depth:
+    if not sinks or (STREAM.suspended_threads and STREAM.suspended_here()):
         return ()
     origin = op_origin()
     # ``sinks`` is replaced, never mutated: the last answer holds while it and the origin are
@@ -184,12 +207,13 @@ def recording(sink, *, with_source: bool = False, all_threads: bool = False):
 
 @contextlib.contextmanager
 def suspended():
-    """Run device ops without recording (e.g. while a compiler traces them)."""
-    STREAM.suspend_depth += 1
+    """Run this thread's device ops without recording them (e.g. while a compiler traces
+    them); other threads keep recording."""
+    STREAM.suspend()
     try:
         yield
     finally:
-        STREAM.suspend_depth -= 1
+        STREAM.resume()
 
 
 def record_tagger(tagger: Callable) -> Callable:

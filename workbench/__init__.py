@@ -11,6 +11,7 @@ Structure (no import cycles, checked by tests/test_import_layering.py):
 - running: ``devices`` (the active device, one ``SELECTION`` object), ``session``
   (``profile()``), ``comparison`` (``compare()``), ``distributed`` (``launch()`` on N ranks),
   ``cli`` (``workbench profile``);
+- hardware: ``hardware`` (``targets()``, ``derive()``, ``topology()``, ``assumptions()``);
 - data: ``profiles`` (``Profile``: traces and compiled graphs as tables and counters),
   ``graphs``, ``aggregate``, ``records``, ``format`` (numbers with units), ``pricing`` (dollars);
 - presentation: ``html_parts`` (the one HTML table helper and the sections the dashboard and
@@ -53,6 +54,14 @@ _LAZY = {
     "cost_table": "workbench.pricing",
     "sweep": "workbench.sweeps",
     "fit_chips": "workbench.fit",
+    "SWEEP_COLUMNS": "workbench.sweeps",
+    "targets": "workbench.hardware",
+    "target": "workbench.hardware",
+    "derive": "workbench.hardware",
+    "topology": "workbench.hardware",
+    "topologies": "workbench.hardware",
+    "assumptions": "workbench.hardware",
+    "assumption": "workbench.hardware",
 }
 __all__ = ["__version__", "figures", *_LAZY]
 

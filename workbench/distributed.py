@@ -85,7 +85,15 @@ def launch(fn, nprocs: int, *args, backend: str = BACKEND_NAME, topology: str | 
 
 def fake_world(world_size: int, rank: int = 0, topology: str | None = None) -> None:
     """Make this process rank ``rank`` of a ``world_size`` world on PyTorch's fake process group:
-    no values are exchanged, every collective is still priced on ``topology``."""
+    no values are exchanged, every collective is still priced on ``topology``.
+
+    What a collective leaves in a device tensor is this rank's own data, not the world's result,
+    so reading it or anything computed from it (``.item()``, ``.cpu()``, printing) raises
+    ``FakeWorldValueError`` (a ``TimingOnlyError``). Readable: a broadcast from this rank and
+    integer all-gathers (each rank's copy of this rank's values: the shape checks of DDP and
+    FSDP, ``all_gather_object``). An object collective from another rank raises the same error.
+    Host (CPU) tensors in a collective get a warning instead. Destroy the world with
+    ``dist.destroy_process_group()``."""
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     dist.init_process_group(BACKEND_NAME, store=FakeStore(), rank=rank, world_size=world_size,

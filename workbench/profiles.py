@@ -40,6 +40,8 @@ class Profile:
     (both set by ``profile()`` and the migration report), which :meth:`time_band` uses.
     """
 
+    _recording = False          # True while its ``with profile()`` block runs
+
     def __init__(self, traces=(), graphs=(), *, meta: dict | None = None):
         self.meta: dict = dict(meta or {})
         self.result = None
@@ -49,6 +51,15 @@ class Profile:
         self.band = None
         self._attach(traces, graphs)
 
+    def _set_recording(self, recording: bool) -> None:
+        """Mark the profile as filling in (a ``with profile()`` block is running) or done."""
+        self._recording = recording
+
+    def _require_results(self) -> None:
+        if self._recording:
+            raise RuntimeError("profile results are available after the `with` block ends: this profile is "
+                               "still recording")
+
     @classmethod
     def coerce(cls, obj) -> "Profile":
         """A Profile from a Profile, a Trace or a list of Traces."""
@@ -56,6 +67,7 @@ class Profile:
 
     def _attach(self, traces, graphs=()) -> None:
         """(Re)fill the profile; used when a ``with profile()`` block ends."""
+        self._recording = False
         self.traces = [traces] if isinstance(traces, Trace) else list(traces)
         self.graphs = expand_graphs(graphs)
         for name in ("trace", "ops", "instructions", "fallbacks", "timeline", "memory"):
@@ -65,6 +77,7 @@ class Profile:
     # -- data ------------------------------------------------------------------------------
     @cached_property
     def trace(self) -> Trace:
+        self._require_results()
         if not self.traces:
             return Trace(target=str(self.meta.get("target", "")),
                          device_kind=str(self.meta.get("device_kind", "neuron")))
@@ -72,6 +85,7 @@ class Profile:
 
     @property
     def summary(self) -> dict:
+        self._require_results()
         out = self.trace.summary()
         out["graph_count"] = len(self.graphs)
         out["graph_break_count"] = sum(len(g.graph_breaks) for g in self.graphs)
@@ -91,6 +105,7 @@ class Profile:
         replayed with every modelling assumption of its target (NeuronCore, GPU or TPU) at its
         plausible range ends. Costs about two replays per assumption, so it runs on request;
         afterwards ``summary`` carries ``total_time_low`` / ``total_time_high``."""
+        self._require_results()
         if self.replay is None:
             raise RuntimeError("time_band() needs a profile made by profile() or migration_report(); this one "
                                "kept no workload to replay")
@@ -169,9 +184,14 @@ class Profile:
         return present("profile.figures", self)
 
     def _repr_html_(self) -> str:
+        if self._recording:
+            return f"<p>{self!r}</p>"
         return summary_html(self.summary, caption=f"Profile: {self.trace.device_kind} {self.trace.target}")
 
     def __repr__(self) -> str:
+        if self._recording:
+            return f"Profile({self.meta.get('device_kind', '')} {self.meta.get('target', '')}: recording, results " \
+                   "after the `with` block ends)"
         s = self.summary
         return (f"Profile({s['device_kind']} {s['target']}: {s['op_count']} ops, "
                 f"{s['total_time'] * 1e6:.1f} us simulated, {len(self.graphs)} graphs"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -116,6 +117,48 @@ def _target_in_effect(device: str):
     return DEFAULT_TARGETS[device]
 
 
+class _ProfileTargets:
+    """The NeuronCore target while ``profile(target=...)`` blocks run, on any threads.
+
+    The device models one target per process: the one of the block entered last that is still
+    open (each block's simulator costs its own target whatever the device models). When the
+    last open block ends, the target from before the first comes back, in whatever order
+    overlapping blocks on different threads end.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: list = []          # [token, target] of each open block, oldest first
+        self._before = None            # the target before the first open block
+
+    def enter(self, target) -> object:
+        import backend.device as device_layer
+        with self._lock:
+            if not self._open:
+                self._before = device_layer.get_target()
+            token = object()
+            self._open.append((token, target))
+            self._select(target)
+            return token
+
+    def exit(self, token) -> None:
+        with self._lock:
+            self._open = [entry for entry in self._open if entry[0] is not token]
+            self._select(self._open[-1][1] if self._open else self._before)
+            if not self._open:
+                self._before = None
+
+    @staticmethod
+    def _select(target) -> None:
+        import backend.device as device_layer
+        current = device_layer.get_target()
+        if current is not target and current.name != target:
+            device_layer.set_target(target)
+
+
+_PROFILE_TARGETS = _ProfileTargets()
+
+
 class ProfileSession:
     """Context manager behind ``profile()``: ``__enter__`` returns the Profile it fills on exit."""
 
@@ -129,26 +172,37 @@ class ProfileSession:
         self.source = source
         self.on_op = on_op
         self.timing_only = timing_only
-        self.profile = Profile(meta={"device": device, "target": getattr(self.target, "name", self.target),
-                                     "device_kind": device, "timing_only": timing_only,
-                                     **({"timing": COMPILED_PATH_NOTE} if device == "tpu" else {}),
-                                     **(meta or {})})
+        self.meta = {"device": device, "target": getattr(self.target, "name", self.target), "device_kind": device,
+                     "timing_only": timing_only, **({"timing": COMPILED_PATH_NOTE} if device == "tpu" else {}),
+                     **(meta or {})}
+        self.profile: Profile | None = None     # the run in progress or the last one
         self._stack: contextlib.ExitStack | None = None
         # Graphs compiled by a warm-up run before the block still belong to this profile.
         self._graphs_since = graphs_since
 
     def __enter__(self) -> Profile:
-        from backend.recording import recording
-        self.sink = make_sink(self.device, self.target)
-        self._previous_target = None
-        if self.device == "neuron":
-            import backend.device as device_layer
-            current = device_layer.get_target()
-            if current is not self.target and current.name != self.target:
-                self._previous_target = current       # restored on exit: profiling is not a switch
-                device_layer.set_target(self.target)
-        self._graphs_before = len(compiled_graphs()) if self._graphs_since is None else self._graphs_since
+        if self._stack is not None:
+            raise RuntimeError("this profile() is already recording: a profile object cannot be entered again "
+                               "before its `with` block ends (nest a new wb.profile() instead)")
         self._stack = contextlib.ExitStack()
+        try:
+            return self._start()
+        except BaseException:
+            self._stack.close()
+            self._stack = None
+            raise
+
+    def _start(self) -> Profile:
+        """Open one run: each ``with`` of this object records into a new Profile."""
+        from backend.recording import recording
+        self.profile = Profile(meta=self.meta)
+        self.profile._set_recording(True)
+        self.sink = make_sink(self.device, self.target)
+        if self.device == "neuron":
+            # Profiling is not a switch: the target before the block comes back when it ends.
+            token = _PROFILE_TARGETS.enter(self.target)
+            self._stack.callback(_PROFILE_TARGETS.exit, token)
+        self._graphs_before = len(compiled_graphs()) if self._graphs_since is None else self._graphs_since
         from backend.device.timing_only import is_timing_only, timing_only
         if self.timing_only:
             self._stack.enter_context(timing_only())    # tensors made in the block hold no values
@@ -159,7 +213,7 @@ class ProfileSession:
         self._stack.enter_context(recording(self.sink, with_source=self.source))
         self.sampler = _Sampler(self.sink, RUNS_ON.get(self.device, self.device), self.on_op)
         self._stack.enter_context(recording(self.sampler, with_source=self.source))   # shares the simulator's record
-        self._start = time.perf_counter()
+        self._started = time.perf_counter()
         return self.profile
 
     def _graphs(self) -> list:
@@ -170,11 +224,9 @@ class ProfileSession:
                 if i >= self._graphs_before or (ran and g.ran(ran))]
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        wall = time.perf_counter() - self._start
-        self._stack.close()
-        if self._previous_target is not None:
-            import backend.device as device_layer
-            device_layer.set_target(self._previous_target)
+        wall = time.perf_counter() - self._started
+        stack, self._stack = self._stack, None
+        stack.close()
         self.profile.meta["wall_time_s"] = wall
         graphs = self._graphs()
         trace = self.sink.trace

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch.distributed as dist
 from torch import nn
 
-__all__ = ["sweep", "grid_points", "run_point", "POINT_DEFAULTS", "RESULT_COLUMNS"]
+__all__ = ["sweep", "grid_points", "run_point", "POINT_DEFAULTS", "RESULT_COLUMNS", "SWEEP_COLUMNS"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ POINT_DEFAULTS = {"target": "trn2", "chips": 1, "parallelism": "ddp", "batch": 1
 RESULT_COLUMNS = {"step_time_s": "total_time", "compute_time_s": "compute_time",
                   "communication_time_s": "communication_time",
                   "exposed_communication_time_s": "exposed_communication_time"}
+SWEEP_COLUMNS = tuple(RESULT_COLUMNS)      # the measured columns of a sweep's DataFrame (public: wb.SWEEP_COLUMNS)
 _PARALLELISMS = ("ddp", "none")
 
 

@@ -11,7 +11,7 @@ import torch
 from backend import recording
 from backend.recording import SIMULATED_DEVICE_TYPES, STREAM as _STREAM
 
-from . import numerics, timing_only
+from . import fake_values, numerics, timing_only
 from .collective_scope import device_collective
 from .device_module import reported_device
 from .freed_storage import freed_storage_error
@@ -22,6 +22,7 @@ from .tensor import DeviceTensor, carry_math_bits, wrap
 _TIMING = timing_only.STATE
 _FREED = _DEVICE_STATE.freed
 _NUMERICS = numerics.SWITCH
+_FAKE_VALUES = fake_values.STATE
 
 __all__ = ["dispatch", "CROSS_DEVICE_OPS", "SIMULATED_DEVICE_TYPES"]
 
@@ -190,6 +191,8 @@ def _execute(func, facts, args, kwargs, host_args, host_kwargs, device, target, 
         _refuse_freed_reads(func, facts, args, kwargs)
     if _TIMING.ever_enabled:
         host_args, host_kwargs = timing_only.unify(func, host_args, host_kwargs)
+    if _FAKE_VALUES.any:
+        fake_values.check_read(func, args, host_args, host_kwargs, target)
     try:
         out = None
         if _NUMERICS.enabled:
@@ -210,6 +213,8 @@ def _execute(func, facts, args, kwargs, host_args, host_kwargs, device, target, 
             timing_only.check_value_reader(func, exc)
         raise
 
+    if _FAKE_VALUES.any:
+        fake_values.propagate(func, host_args, host_kwargs, _host_outputs(out))
     if target is not None:
         device = target if target.type in SIMULATED_DEVICE_TYPES else None
     mutates = facts.mutates
@@ -226,7 +231,8 @@ def _execute(func, facts, args, kwargs, host_args, host_kwargs, device, target, 
         for w in (wrapped if isinstance(wrapped, (tuple, list)) else (wrapped,)):
             if w.__class__ is DeviceTensor:
                 carry_math_bits(w)
-    if _STREAM.sinks and not _STREAM.suspend_depth:   # recording.STREAM.listening, inlined: hot path
+    # recording.STREAM.listening, inlined: hot path
+    if _STREAM.sinks and not (_STREAM.suspended_threads and _STREAM.suspended_here()):
         host_outputs = _host_outputs(out)
         # Tracer (fake) outputs mean torch.compile is tracing: that is not an executed op.
         if all(t.__class__ is torch.Tensor for t in host_outputs):

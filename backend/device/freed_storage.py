@@ -31,6 +31,10 @@ class FreedStorages:
             self._allocated.pop(host_storage, None)
         self.any = bool(self._allocated)
 
+    def allocated(self, host_storage: torch.UntypedStorage) -> int | None:
+        """The bytes still allocated to ``host_storage``, or None if it was never shrunk."""
+        return self._allocated.get(host_storage) if self.any else None
+
     def shortfall(self, inner: torch.Tensor) -> tuple[int, int] | None:
         """(bytes allocated, bytes read) when reading ``inner`` goes past its storage's
         allocated bytes, else None."""

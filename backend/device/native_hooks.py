@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["install_native_hooks", "native_hooks_installed", "INSTALLED", "report_device_count",
+__all__ = ["install_native_hooks", "build_library", "native_hooks_installed", "INSTALLED", "report_device_count",
            "native_current_device", "set_native_current_device"]
 
 logger = logging.getLogger(__name__)
@@ -82,21 +82,25 @@ def _pool_reset(device: int, peak_only: int) -> None:
         books.num_allocs = books.num_frees = books.num_ooms = 0
 
 
-def _build_directory() -> Path:
+def _build_directory(source: Path = SOURCE, name: str = EXTENSION_NAME, cflags: list = CFLAGS,
+                     include_paths: list = ()) -> Path:
     # Keyed by everything the binary depends on, so a cached build is never stale.
-    key = hashlib.sha256(SOURCE.read_bytes())
-    key.update(" ".join([*CFLAGS, torch.__version__, sys.version]).encode())
+    key = hashlib.sha256(source.read_bytes())
+    key.update(" ".join([*cflags, *map(str, include_paths), torch.__version__, sys.version]).encode())
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"
-    return Path(root) / f"{EXTENSION_NAME}-{key.hexdigest()[:16]}"
+    return Path(root) / f"{name}-{key.hexdigest()[:16]}"
 
 
-def _build() -> str:
-    """The path of the compiled library, building it only when no finished build exists.
+def build_library(source: Path = SOURCE, name: str = EXTENSION_NAME, *, cflags: tuple = (),
+                  include_paths: tuple = ()) -> str:
+    """The path of the compiled library of ``source``, building it only when no finished build
+    exists (``cflags`` beyond ``CFLAGS``, ``include_paths`` beyond torch's own).
 
     A finished build leaves a stamp naming the library; reading it skips importing
     torch.utils.cpp_extension (and setuptools), which would add about 0.4 s to ``import torch``.
     """
-    directory = _build_directory()
+    cflags, include_paths = [*CFLAGS, *cflags], [str(p) for p in include_paths]
+    directory = _build_directory(source, name, cflags, include_paths)
     stamp = directory / "built"
     if stamp.is_file():
         return stamp.read_text()
@@ -112,17 +116,17 @@ def _build() -> str:
         if stamp.is_file():   # built by another process while this one waited
             return stamp.read_text()
         (directory / "lock").unlink(missing_ok=True)
-        return _compile(directory, stamp)
+        return _compile(source, name, cflags, include_paths, directory, stamp)
 
 
-def _compile(directory: Path, stamp: Path) -> str:
+def _compile(source: Path, name: str, cflags: list, include_paths: list, directory: Path, stamp: Path) -> str:
     from torch.utils.cpp_extension import load
 
     started = time.perf_counter()
-    logger.info("Compiling the neuron device's C++ hooks (first use only) into %s", directory)
-    path = load(name=EXTENSION_NAME, sources=[str(SOURCE)], extra_cflags=CFLAGS,
+    logger.info("Compiling the neuron device's %s (first use only) into %s", source.name, directory)
+    path = load(name=name, sources=[str(source)], extra_cflags=cflags, extra_include_paths=include_paths,
                 build_directory=str(directory), is_python_module=False, verbose=False)
-    logger.info("Compiled the neuron device's C++ hooks in %.1f s", time.perf_counter() - started)
+    logger.info("Compiled the neuron device's %s in %.1f s", source.name, time.perf_counter() - started)
     partial = directory / f"built.{os.getpid()}"
     partial.write_text(path)
     partial.replace(stamp)   # atomic: another process never reads a half-written stamp
@@ -160,7 +164,7 @@ def install_native_hooks() -> bool:
     if STATE.flags is not None:
         return STATE.flags != 0
     try:
-        library = ctypes.CDLL(_build())
+        library = ctypes.CDLL(build_library())
     except Exception as error:   # a missing or broken toolchain must not make the device unusable
         logger.warning(
             "The neuron device runs without its C++ hooks (%s): torch.UntypedStorage(..., "

@@ -33,6 +33,7 @@ def register() -> None:
     from .generator import install_generator
     from .native_hooks import install_native_hooks
     from .pinned import register_pinned_memory
+    from .profiler import install_profiler
 
     current = torch._C._get_privateuse1_backend_name()
     if current not in ("privateuseone", DEVICE_NAME):
@@ -44,6 +45,7 @@ def register() -> None:
         STATE.registered = True
         return
     install_native_hooks()   # first: PyTorch keeps the first hooks/guard registered
+    install_profiler()       # torch.profiler's view of the device (warns if it cannot be built)
     _setup_privateuseone_for_python_backend(rename=DEVICE_NAME, backend_module=neuron_module)
     sys.modules.setdefault(f"torch.{DEVICE_NAME}", neuron_module)
     register_factories("PrivateUse1")

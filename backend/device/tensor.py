@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from . import fake_values
 from .device_module import check_device
 from .freed_storage import freed_storage_error
 from .memory import POOLS
@@ -65,6 +66,10 @@ class DeviceTensor(torch.Tensor):
             # Debuggers, tracebacks and containers call repr: say what it is, show no values.
             return (f"tensor(<no values: timing-only>, size={tuple(self.shape)}, device='{self.device}', "
                     f"dtype={self.dtype})")
+        source = fake_values.origin(self._inner) if fake_values.STATE.any else None
+        if source is not None:
+            return (f"tensor(<no values: written by {source}>, size={tuple(self.shape)}, "
+                    f"device='{self.device}', dtype={self.dtype})")
         freed = STATE.freed.shortfall(self._inner) if STATE.freed.any else None
         if freed is not None:
             return (f"tensor(<storage freed: resized to {freed[0]} bytes>, size={tuple(self.shape)}, "
@@ -85,6 +90,9 @@ class DeviceTensor(torch.Tensor):
     def __str__(self) -> str:
         if self._inner.is_meta:
             raise no_values_error("printing a tensor")
+        source = fake_values.origin(self._inner) if fake_values.STATE.any else None
+        if source is not None:
+            raise fake_values.error("printing a tensor", source)
         freed = STATE.freed.shortfall(self._inner) if STATE.freed.any else None
         if freed is not None:
             raise freed_storage_error("printing a tensor", self.device, *freed)
@@ -99,6 +107,26 @@ class DeviceTensor(torch.Tensor):
             storage.__class__ = DeviceStorage
         storage._host = self._inner
         return storage
+
+    def data_ptr(self) -> int:
+        # The address of the host bytes the values live in (the placeholder has none), so code
+        # that finds shared storages by address (safetensors, save_pretrained) sees what CPU
+        # would. A timing-only tensor has no bytes: 0 would read as "no storage" and make every
+        # one look shared, so it raises; a tracer's placeholder answers as PyTorch does.
+        inner = self._inner
+        if inner.is_meta:
+            raise no_values_error("Tensor.data_ptr()")
+        if inner.__class__ is not torch.Tensor:
+            return super().data_ptr()
+        return inner.data_ptr()
+
+    def __format__(self, format_spec: str) -> str:
+        # As torch.Tensor formats a 0-dim CPU/CUDA tensor: as its number (f"{loss:.4f}").
+        if self.dim() == 0 and self._inner.__class__ is torch.Tensor:
+            if self._inner.is_meta:
+                raise no_values_error("formatting a tensor's value (f\"{t:.4f}\")")
+            return self.detach().item().__format__(format_spec)
+        return object.__format__(self, format_spec)
 
     def tolist(self):
         return self.cpu().tolist()
@@ -140,6 +168,31 @@ class DeviceStorage(torch.UntypedStorage):
     """
 
     _host: torch.Tensor
+
+    def _host_storage(self) -> torch.UntypedStorage | None:
+        """The host storage holding the values, or None where there is none (a tracer's
+        placeholder, a timing-only tensor)."""
+        host = self._host
+        if host.__class__ is not torch.Tensor or host.is_meta:
+            return None
+        return host.untyped_storage()
+
+    def data_ptr(self) -> int:
+        """The host storage's address: unique among live storages and stable until a resize,
+        as a CUDA storage's; 0 once ``resize_(0)`` freed it, as on CUDA."""
+        storage = self._host_storage()
+        if storage is None:
+            return super().data_ptr()
+        return storage.data_ptr() if self.nbytes() else 0
+
+    def nbytes(self) -> int:
+        """The bytes allocated to the storage: the host storage's (every view of a tensor
+        reports its base's, as on CPU), less what ``resize_`` freed."""
+        storage = self._host_storage()
+        if storage is None:
+            return super().nbytes()
+        allocated = STATE.freed.allocated(storage)
+        return storage.nbytes() if allocated is None else allocated
 
     def resize_(self, size: int) -> DeviceStorage:
         size = int(size)

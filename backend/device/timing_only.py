@@ -121,6 +121,7 @@ aten = torch.ops.aten
 _VALUE_READERS = {
     aten._local_scalar_dense.default: "Tensor.item() (or int(t), float(t), bool(t), `if t:`)",
     aten.equal.default: "torch.equal",
+    aten.allclose.default: "torch.allclose",
     aten.copy_.default: "copying into a tensor with values (.cpu(), .copy_())",
     aten._copy_from.default: "copying into a tensor with values (.cpu(), .copy_())",
     aten._copy_from_and_resize.default: "copying into a tensor with values (.cpu(), .copy_())",

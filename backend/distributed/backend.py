@@ -57,7 +57,7 @@ def build_process_group(common_opts, backend_opts, device_type: str, default_top
         exchange = FakeProcessGroup._create_internal(rank, size)
     else:
         exchange = dist.ProcessGroupGloo(common_opts.store, rank, size, common_opts.timeout)
-    group = NeuronProcessGroup(exchange, rank, size, topology)
+    group = NeuronProcessGroup(exchange, rank, size, topology, fake=options.fake)
     # c10d keeps a group's name on its backends (``_set_group_name`` writes it to each, and
     # ``group_name`` reads the first): without one, DeviceMesh and FSDP2 find "name not set".
     # Collectives still go through NeuronProcessGroup's Python overrides, which report them.

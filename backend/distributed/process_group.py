@@ -9,8 +9,12 @@ tensors, so ``wait()`` and ``get_future()`` behave as PyTorch's do.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.distributed as dist
+
+from backend.device import fake_values
 
 from .dependencies import report_wait
 from .reporting import host_tensors, report_collective
@@ -80,23 +84,48 @@ def _pairwise(collective, outputs, inputs, opts):
 class NeuronProcessGroup(dist.ProcessGroup):
     """Collectives of one rank: values through ``exchange``, costs through the op stream."""
 
-    def __init__(self, exchange, rank: int, size: int, topology: str):
+    def __init__(self, exchange, rank: int, size: int, topology: str, fake: bool = False):
         super().__init__(rank, size)
         self._exchange = exchange
         self.topology = topology
+        # One rank of a fake world: outputs keep this rank's own data, so they are marked as
+        # values the world did not compute (``backend.device.fake_values``).
+        self.fake = fake and size > 1
 
     def getBackendName(self) -> str:   # noqa: N802  (PyTorch's C++ name, overridden through pybind)
         return "neuron"
 
     # -- plumbing -------------------------------------------------------------------------------
-    def _run(self, collective: str, nbytes: int, inputs, outputs, issue):
-        """Report, then issue ``issue(host inputs, host outputs)``; a Work that yields ``outputs``."""
+    def _run(self, collective: str, nbytes: int, inputs, outputs, issue, root: int | None = None):
+        """Report, then issue ``issue(host inputs, host outputs)``; a Work that yields ``outputs``.
+        ``root``: the rank whose values a broadcast hands out."""
         host_in, in_device = host_tensors(inputs)
         host_out, out_device = host_tensors(outputs)
         index = None
         if in_device or out_device:
             index = report_collective(collective, nbytes, self.size(), self.topology, inputs=host_in, outputs=host_out)
-        return DeviceWork(issue(host_in, host_out), list(outputs), index)
+        work = issue(host_in, host_out)
+        if self.fake and host_out and root != self.rank():
+            self._mark_fake(collective, host_out, on_device=in_device or out_device)
+        return DeviceWork(work, list(outputs), index)
+
+    def _mark_fake(self, collective: str, host_out, on_device: bool) -> None:
+        """Mark what this rank's collective left in ``host_out`` as values the world did not compute.
+
+        Integer all-gathers stay readable: they hand every rank this rank's values, which is
+        what the shape and size checks of DDP, FSDP and the object collectives compare in a world
+        of identical ranks. Host tensors (no device dispatch to guard their reads) get a warning.
+        """
+        marked = [t for t in host_out if collective != "all_gather" or t.is_floating_point() or t.is_complex()]
+        if not marked:
+            return
+        if on_device:
+            fake_values.mark(marked, collective, self.size())
+        else:
+            warnings.warn(
+                f"{collective} of host tensors in a {self.size()}-rank fake world moves no values: the "
+                f"outputs hold this rank's own data, not the world's result (device tensors raise "
+                f"FakeWorldValueError when read)", UserWarning, stacklevel=4)
 
     # -- the collectives ------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -112,7 +141,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None):
         opts = opts or dist.BroadcastOptions()
         return self._run("broadcast", _nbytes(tensors), tensors, tensors,
-                         lambda i, o: self._exchange.broadcast(o, opts))
+                         lambda i, o: self._exchange.broadcast(o, opts), root=opts.rootRank)
 
     def allgather(self, output_lists, inputs, opts=None):
         opts = opts or dist.AllgatherOptions()

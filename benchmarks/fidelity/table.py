@@ -17,7 +17,7 @@ from backend.sim.presets import NeuronConfig
 from backend.sim.sensitivity import TimeBand, format_ns, time_band
 from benchmarks.fidelity import kernels, mamba_kernel, models, scaleout, workloads
 
-__all__ = ["Row", "neuron_rows", "gpu_rows", "format_table"]
+__all__ = ["Row", "neuron_rows", "gpu_rows", "all_rows", "format_table"]
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +263,13 @@ def gpu_rows() -> list[Row]:
 
     return [Row(f"{r['workload']} ({r['hardware']})", r["predicted_ns"], r["published_ns"], r.get("band"),
                 r["source"] + scaleout.dominant_note(r.get("band"))) for r in gpu_fidelity_rows()]
+
+
+def all_rows() -> list[Row]:
+    """Every row of the table, NeuronCore first, then GPU and TPU."""
+    from benchmarks.fidelity.tpu import tpu_rows     # tpu builds its rows from this module's Row
+
+    return neuron_rows() + gpu_rows() + tpu_rows()
 
 
 def format_table(rows: list[Row]) -> str:

@@ -1,4 +1,6 @@
 """The op stream (backend.recording): one OpRecord per executed op, nothing dropped."""
+import threading
+
 import pytest
 import torch
 
@@ -121,6 +123,72 @@ def test_sinks_subscribe_from_threads_without_losing_any():
 def test_stream_reset_drops_sinks_and_suspension():
     stream = recording.OpStream()
     stream.subscribe((ListSink(), False))
-    stream.suspend_depth = 2
+    stream.suspend()
+    stream.suspend()
     stream.reset()
-    assert stream.sinks == () and stream.suspend_depth == 0 and not stream.listening
+    assert stream.sinks == () and not stream.suspended_here() and stream.suspended_threads == 0
+    assert not stream.listening
+
+
+def _record_while_other_thread(neuron, other) -> ListSink:
+    """Record 300 ops on this thread while ``other(started, done)`` runs on another thread."""
+    started, done = threading.Event(), threading.Event()
+    errors = []
+
+    def run_other():
+        try:
+            other(started, done)
+        except BaseException as exc:  # noqa: BLE001  (reported below)
+            errors.append(exc)
+            started.set()
+
+    thread = threading.Thread(target=run_other)
+    thread.start()
+    assert started.wait(60)
+    sink = ListSink()
+    x = torch.ones(4, 4, device=neuron)
+    with recording.recording(sink):
+        for _ in range(300):
+            x = torch.sin(x)
+    done.set()
+    thread.join()
+    assert not errors
+    return sink
+
+
+def test_a_thread_suspended_does_not_hide_other_threads_ops(neuron):
+    """A compiler tracing on one thread suspends that thread only: another thread profiling
+    at the same time records every one of its ops."""
+    def suspended_thread(started, done):
+        with recording.suspended():
+            started.set()
+            assert done.wait(60)
+            assert not recording.active_sinks()       # still suspended here
+
+    sink = _record_while_other_thread(neuron, suspended_thread)
+    assert [r.name for r in sink.records].count("aten::sin") == 300
+    assert not recording.STREAM.suspended_threads
+
+
+def test_a_thread_compiling_does_not_hide_other_threads_ops(neuron):
+    """The same with torch.compile(backend="neuron") held mid-compile on the other thread."""
+    from torch._dynamo.callback import callback_handler
+
+    from backend.compile import register
+
+    def compiling_thread(started, done):
+        def hold(_args):
+            if recording.STREAM.suspended_here() and not started.is_set():
+                started.set()
+                assert done.wait(60)
+
+        torch._dynamo.reset()
+        register()                  # installs the suspending compile-start callback first
+        callback_handler.register_start_callback(hold)
+        try:
+            torch.compile(lambda t: (t * 2).sin().sum(), backend="neuron")(torch.ones(8, device=neuron))
+        finally:
+            callback_handler.remove_start_callback(hold)
+
+    sink = _record_while_other_thread(neuron, compiling_thread)
+    assert [r.name for r in sink.records].count("aten::sin") == 300

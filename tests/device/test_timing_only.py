@@ -239,3 +239,39 @@ def test_compare_times_identically_with_and_without_values(build):
         assert runs[True].results[label]._inner.is_meta and not runs[False].results[label]._inner.is_meta
         assert [(op.name, op.end_ns) for op in prof.trace.ops] == \
             [(op.name, op.end_ns) for op in runs[False].profiles[label].trace.ops]
+
+
+@pytest.fixture
+def data_free():
+    """A data-free 4x4 tensor and a data-free scalar, made in timing-only mode."""
+    with torch.neuron.timing_only():
+        return torch.ones(4, 4, device="neuron"), torch.ones((), device="neuron")
+
+
+VALUE_READS = {
+    "allclose": lambda y, s: torch.allclose(y, y),
+    "equal": lambda y, s: torch.equal(y, y),
+    "item": lambda y, s: s.item(),
+    "float": lambda y, s: float(s),
+    "int": lambda y, s: int(s),
+    "bool": lambda y, s: bool(s),
+    "if": lambda y, s: 1 if (y > 0).all() else 0,
+    "tolist": lambda y, s: y.tolist(),
+    "numpy": lambda y, s: y.numpy(force=True),
+    "cpu": lambda y, s: y.cpu(),
+    "data_ptr": lambda y, s: y.data_ptr(),
+    "nonzero": lambda y, s: y.nonzero(),
+    "masked_select": lambda y, s: y[y > 0],
+    "unique": lambda y, s: torch.unique(y),
+    "format": lambda y, s: f"{s:.4f}",
+    "str": lambda y, s: str(y),
+    "assert_close": lambda y, s: torch.testing.assert_close(y, y),
+}
+
+
+@pytest.mark.parametrize("read", VALUE_READS.values(), ids=VALUE_READS.keys())
+def test_reading_a_timing_only_tensors_value_raises_timing_only_error(data_free, read):
+    y, s = data_free
+    with pytest.raises(TimingOnlyError, match="timing-only"):
+        read(y, s)
+    assert (y + 1).shape == (4, 4)          # the session stays usable

@@ -5,6 +5,8 @@ import torch
 import torch.distributed as dist
 
 import workbench as wb
+from backend.device.fake_values import FakeWorldValueError
+from backend.device.timing_only import TimingOnlyError
 from backend.distributed import BACKEND_NAME, NeuronProcessGroup
 from backend.sim.collectives import collective_cost
 from workbench.distributed import fake_world
@@ -27,7 +29,8 @@ def test_rank0_trace_of_a_1024_rank_world(world_1024, neuron):
         shard = torch.empty(2**24 // 1024, device=neuron)
         dist.reduce_scatter_tensor(shard, grads)
         dist.barrier()
-    assert grads[:2].tolist() == [1.0, 1.0]                        # nothing was exchanged
+    with pytest.raises(FakeWorldValueError, match="all_reduce of a 1024-rank fake world"):
+        grads[:2].tolist()                                         # nothing was exchanged
     lane = [op for op in prof.trace.ops if op.name.startswith("collective::") and op.kind != "wait"]
     assert [op.name for op in lane] == ["collective::all_reduce", "collective::reduce_scatter",
                                         "collective::barrier"]
@@ -39,7 +42,7 @@ def test_rank0_trace_of_a_1024_rank_world(world_1024, neuron):
 
 
 def test_collectives_are_not_recorded_for_host_tensors(world_1024):
-    with wb.profile() as prof:
+    with wb.profile() as prof, pytest.warns(UserWarning, match="moves no values"):
         dist.all_reduce(torch.ones(4))
     assert not [op for op in prof.trace.ops if op.name.startswith("collective::")]
 
@@ -65,3 +68,81 @@ def test_chrome_trace_outside_a_process_group_is_a_world_of_one(neuron, tmp_path
         torch.ones(8, device=neuron) + 1
     data = json.loads(prof.export_chrome_trace(tmp_path / "t.json").read_text())
     assert data["distributedInfo"] == {"rank": 0, "world_size": 1, "backend": "neuron"}
+
+
+# What reads values: each raises the fake world's error, as timing-only mode does for its tensors.
+READS = {
+    "item": lambda t: t.item(),
+    "float": lambda t: float(t),
+    "cpu": lambda t: t.cpu(),
+    "to_cpu": lambda t: t.to("cpu"),
+    "tolist": lambda t: t.tolist(),
+    "copy_into_host": lambda t: torch.empty(()).copy_(t),
+    "str": lambda t: str(t),
+    "equal": lambda t: torch.equal(t, t),
+}
+
+
+@pytest.mark.parametrize("read", READS.values(), ids=READS.keys())
+def test_a_value_a_fake_collective_left_cannot_be_read(world_1024, neuron, read):
+    loss = torch.tensor(2.0, device=neuron)
+    dist.all_reduce(loss)                       # in a real world: 2048.0; here still 2.0
+    with pytest.raises(FakeWorldValueError, match="all_reduce of a 1024-rank fake world") as error:
+        read(loss)
+    assert isinstance(error.value, TimingOnlyError)          # one family with timing-only reads
+    assert "launch(" in str(error.value)
+
+
+def test_values_computed_from_a_fake_collective_cannot_be_read(world_1024, neuron):
+    loss = torch.tensor(2.0, device=neuron)
+    dist.all_reduce(loss)
+    average = loss / dist.get_world_size()      # 0.00195 if it were read: looks real, is not
+    view = average.reshape(1)[0]
+    for t in (average, view, (average * 3).sum()):
+        with pytest.raises(FakeWorldValueError):
+            t.item()
+    assert "no values: written by all_reduce" in repr(average)
+    loss.zero_()                                # a clean overwrite makes it this rank's value again
+    assert loss.item() == 0.0
+
+
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter", "all_gather_float", "broadcast_other_root"])
+def test_every_collective_that_would_move_values_marks_its_outputs(world_1024, neuron, collective):
+    x = torch.ones(1024, device=neuron)
+    out = torch.empty(1, device=neuron)
+    if collective == "all_reduce":
+        dist.all_reduce(x)
+        out = x
+    elif collective == "reduce_scatter":
+        dist.reduce_scatter_tensor(out, x)
+    elif collective == "all_gather_float":
+        dist.all_gather_into_tensor(x, out.fill_(1.0))
+        out = x
+    else:
+        dist.broadcast(x, src=3)
+        out = x
+    with pytest.raises(FakeWorldValueError):
+        out.sum().item()
+
+
+def test_values_this_rank_really_has_stay_readable(world_1024, neuron):
+    x = torch.tensor([3.0], device=neuron)
+    dist.broadcast(x, src=0)                    # rank 0's own values: what every rank receives
+    assert x.item() == 3.0
+    shape = torch.tensor([4, 8], device=neuron)
+    gathered = torch.empty(2 * 1024, dtype=torch.int64, device=neuron)
+    dist.all_gather_into_tensor(gathered, shape)          # DDP's and FSDP's shape checks
+    assert gathered[:4].tolist() == [4, 8, 4, 8]
+    assert torch.ones(2, device=neuron).sum().item() == 2.0       # untouched tensors read as ever
+
+
+def test_object_collectives_fail_clearly_or_work(world_1024):
+    objects = [None]
+    with pytest.raises(FakeWorldValueError, match="broadcast of a 1024-rank fake world"):
+        dist.broadcast_object_list(objects, src=1)        # used to try to allocate 130,900 GiB
+    objects = [{"lr": 0.1}]
+    dist.broadcast_object_list(objects, src=0)
+    assert objects == [{"lr": 0.1}]
+    gathered = [None] * 1024
+    dist.all_gather_object(gathered, "config")            # identical ranks: each has this rank's
+    assert set(gathered) == {"config"}
