@@ -65,8 +65,6 @@ class OpSummary:
     sbuf_write_bytes: int = 0
     psum_read_bytes: int = 0
     psum_write_bytes: int = 0
-    l2_read_bytes: int = 0          # GPU: bytes served by L2 (not HBM)
-    l2_write_bytes: int = 0
     flops: int = 0
     instruction_count: int = 0
     input_shapes: str = ""
@@ -82,6 +80,9 @@ class OpSummary:
     launch_overhead_ns: float = 0.0
     count: int = 1                  # ops this row stands for (>1 once a long run is aggregated)
     folded_time_ns: float = 0.0     # folded rows: their ops' times summed (the span has gaps)
+    # GPU: bytes served by L2, not HBM (last, so rows built positionally keep their fields)
+    l2_read_bytes: int = 0
+    l2_write_bytes: int = 0
 
     def absorb(self, other: "OpSummary") -> None:
         """Fold another op of the same name into this row (long runs stay bounded)."""
