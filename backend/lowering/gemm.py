@@ -6,10 +6,11 @@ A[M, K], or a weight used as W.t()) is loaded row-wise and transposed on TensorE
 blocks. Output tiles accumulate over K in PSUM; when K does not fit one SBUF block, partial
 sums are added into an fp32 SBUF accumulator on VectorE (the NKI tutorial's K-blocking).
 
-The plan picks SBUF block sizes (tiles of M, N, K per block) and the loop order by the best
-roofline estimate over TensorE, DMA and VectorE/ScalarE work, subject to the SBUF budget, so
-a large GEMM reuses its stationary and moving blocks and keeps TensorE fed, while naive
-per-tile loading would be DMA-bound. Blocks are emitted in at most ``gemm.max_block_groups``
+The plan picks SBUF block sizes (tiles of M, N, K per block) and the loop order within the SBUF
+budget: closed-form estimates over TensorE, DMA and VectorE/ScalarE work rank the plans, and the
+best few are simulated, so a large GEMM reuses its stationary and moving blocks and keeps
+TensorE fed (naive per-tile loading would be DMA-bound) while a small one gets blocks that
+pipeline. Blocks are emitted in at most ``gemm.max_block_groups``
 groups with repeat counts, so the simulator's cost stays bounded for any GEMM size. The
 blocking knobs are modelling assumptions with plausible ranges (``backend.sim.assumptions``).
 """
@@ -59,7 +60,7 @@ class BlockedGemmPlan:
     tm: int
     tk: int
     tn: int
-    m_tiles: int
+    m_tiles: int                     # tiles emitted along M, K, N (blocks x tiles per block)
     k_tiles: int
     n_tiles: int
     bm: int                          # tiles per block along M, K, N
@@ -68,7 +69,7 @@ class BlockedGemmPlan:
     m_outer: bool                    # loop order: M blocks outside N blocks
     traffic_bytes: int
     sbuf_bytes: int
-    estimate_ns: float
+    estimate_ns: float               # the pipelined closed-form estimate (not the simulated time)
 
     @property
     def n_mb(self) -> int:
@@ -123,8 +124,7 @@ def plan_blocked_gemm(shape: TensorEngineGemm, target: NeuronConfig, reserved_by
     Closed-form estimates rank the plans; the best few by each estimate are then simulated
     alone (operands in HBM), as a compiler's autotuner times its variants, and the fastest wins.
     Estimates alone misrank plans whose pipeline fill, per-DMA costs or engine spread differ,
-    which made a GEMM faster when a dimension grew (a larger K no longer fitting one block
-    forced the pipelined plan that the smaller K should have had)."""
+    and a misranked plan makes a GEMM slower than a slightly larger one."""
     ranked = _ranked_plans(shape, target, reserved_bytes)
     per_estimate = int(assumptions.value("gemm.simulated_plans"))
     candidates = []
@@ -151,12 +151,12 @@ def _alone_ns(shape: TensorEngineGemm, plan: BlockedGemmPlan, target: NeuronConf
 def _ranked_plans(shape: TensorEngineGemm, target: NeuronConfig, reserved_bytes: int) -> list[tuple]:
     """Every plan within the SBUF budget as ``(pipelined key, roofline key, plan)``.
 
-    A plan splits each dimension into blocks of tiles; the tiles are then sized to the blocks
-    (``_tiles`` over blocks x tiles per block), so blocking never pads: 3 M tiles in blocks
-    of 2 are 4 tiles of a quarter of M, not 4 tiles of a third of it."""
-    m_tiles, tm_max = _tiles(shape.m, target.stationary_free_max)
-    k_tiles, tk_max = _tiles(shape.k, min(shape.k_tile or target.pe_rows, target.pe_rows))
-    n_tiles, tn_max = _tiles(shape.n, target.moving_free_max)
+    A plan splits each dimension into blocks of tiles; the tiles are then sized to blocks x
+    tiles per block, so blocking never pads: 3 M tiles in blocks of 2 are 4 tiles of a quarter
+    of M, not 4 tiles of a third of it."""
+    m_tiles, _ = _tiles(shape.m, target.stationary_free_max)
+    k_tiles, tk_even = _tiles(shape.k, min(shape.k_tile or target.pe_rows, target.pe_rows))
+    n_tiles, _ = _tiles(shape.n, target.moving_free_max)
     s, s_out = itemsize(shape.dtype), itemsize(shape.out_dtype)
     s_hbm = itemsize(shape.load_dtype or shape.dtype)
     budget = assumptions.value("gemm.sbuf_budget_fraction") * max(0, target.sbuf_usable_bytes - reserved_bytes)
@@ -171,9 +171,9 @@ def _ranked_plans(shape: TensorEngineGemm, target: NeuronConfig, reserved_bytes:
                 n_mb, n_nb, n_kb = ceil(m_tiles / bm_max), ceil(n_tiles / bn_max), ceil(k_tiles / bk_max)
                 # Even blocks: every block is emitted full, its tiles sized to cover the dimension.
                 bm, bn, bk = ceil(m_tiles / n_mb), ceil(n_tiles / n_nb), ceil(k_tiles / n_kb)
-                tm, tn = _tiles(shape.m, ceil(shape.m / (n_mb * bm)))[1], _tiles(shape.n, ceil(shape.n / (n_nb * bn)))[1]
+                tm, tn = ceil(shape.m / (n_mb * bm)), ceil(shape.n / (n_nb * bn))
                 # K structured by the caller (conv: channels per tap) keeps its tiles
-                tk = tk_max if shape.k_tile else _tiles(shape.k, ceil(shape.k / (n_kb * bk)))[1]
+                tk = tk_even if shape.k_tile else ceil(shape.k / (n_kb * bk))
                 mt, kt, nt = n_mb * bm, n_kb * bk, n_nb * bn        # tiles emitted
                 a_blk, b_blk = bk * tk * bm * tm * s, bk * tk * bn * tn * s // shape.b_reuse
                 out_blk = bm * tm * bn * tn
