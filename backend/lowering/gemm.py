@@ -108,6 +108,21 @@ def _dma_busy_ns(target: NeuronConfig, nbytes: int, rows: int, row_bytes: int, s
     return engines * dma_engine_ns(nbytes, ceil(nbytes / max(1, row_bytes)), engines, src, dst, target)
 
 
+def _block_rows(shape: TensorEngineGemm, operand: str, width: int, bk: int, tk: int, s_hbm: int) -> tuple[int, int]:
+    """(rows, bytes per row) one block of operand ``"a"`` or ``"b"`` arrives in; ``width`` is its
+    non-K extent in the block. A K-contiguous operand comes row-wise (one row per non-K index),
+    the others K-row-wise. A vector (non-K extent 1, K unstructured) puts each partition's K
+    elements in one run: which K indices share a partition is free, as long as the other
+    operand's K rows follow the same order, and those are whole rows either way."""
+    transposed, extent = (shape.a_transposed, shape.m) if operand == "a" else (shape.b_transposed, shape.n)
+    plain = shape.a_blocks == 1 if operand == "a" else shape.b_reuse == 1 and shape.b_copies == 1
+    if transposed:
+        return width, bk * tk * s_hbm
+    if extent == 1 and plain and not shape.k_tile:
+        return tk, bk * s_hbm
+    return bk * tk, width * s_hbm
+
+
 def _psum_copy_ns(target: NeuronConfig, blocks: int, part: int, free: int) -> float:
     """ScalarE time to copy one operand block's transposes out of PSUM (as ``_load_operand`` does)."""
     psum_tiles = assumptions.value("gemm.psum_tiles_per_group")
@@ -202,8 +217,8 @@ def _ranked_plans(shape: TensorEngineGemm, target: NeuronConfig, reserved_bytes:
                     evac = shape.batch * mt * nt * (n_kb - 1 + first_share) * evac_ns + first_share * copies
                     # DMA: every engine's busy time (descriptor costs and engine spread included)
                     # shared by all engines.
-                    a_rows, a_row = (bm * tm, bk * tk * s_hbm) if shape.a_transposed else (bk * tk, bm * tm * s_hbm)
-                    b_rows, b_row = (bn * tn, bk * tk * s_hbm) if shape.b_transposed else (bk * tk, bn * tn * s_hbm)
+                    a_rows, a_row = _block_rows(shape, "a", bm * tm, bk, tk, s_hbm)
+                    b_rows, b_row = _block_rows(shape, "b", bn * tn, bk, tk, s_hbm)
                     dma = (a_blocks * _dma_busy_ns(target, a_blk * s_hbm // s // shape.a_blocks, a_rows, a_row, "hbm", "sbuf")
                            + b_blocks * _dma_busy_ns(target, max(int(b_blk / shape.b_copies * s_hbm / s), b_blk),
                                                      b_rows, b_row, "hbm", "sbuf")
@@ -276,8 +291,8 @@ def emit_gemm(ctx: OpContext, shape: TensorEngineGemm, plan: BlockedGemmPlan, a:
     start, ready_a, ready_b = 0, ctx.ready_deps(a), ctx.ready_deps(b)
     ready_a_step, ready_b_step = ready_a, ready_b
     # Rows and row bytes as an operand block arrives: K-contiguous operands come row-wise.
-    a_rows, a_row = (plan.bm * tm, plan.bk * tk * s_hbm) if shape.a_transposed else (plan.bk * tk, plan.bm * tm * s_hbm)
-    b_rows, b_row = (plan.bn * tn, plan.bk * tk * s_hbm) if shape.b_transposed else (plan.bk * tk, plan.bn * tn * s_hbm)
+    a_rows, a_row = _block_rows(shape, "a", plan.bm * tm, plan.bk, tk, s_hbm)
+    b_rows, b_row = _block_rows(shape, "b", plan.bn * tn, plan.bk, tk, s_hbm)
     cast = s_hbm / s                # HBM bytes per SBUF byte of an operand block
     steps = []                    # (group, blocks in it, A loads, B loads, K group, K blocks in it)
     for g, r in enumerate(split_even(blocks, assumptions.value("gemm.max_block_groups"))):
