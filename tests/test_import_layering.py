@@ -1,7 +1,7 @@
 """Imports point down, without exceptions: the layering rule of DESIGN.md, checked on the source.
 
     backend.sim < backend.lowering < backend.recording < {backend.device, backend.compile}
-                < backend.distributed < workbench < extensions
+                < backend.distributed < backend.autoload < workbench < extensions
 
 A module may import its own layer and the layers below it, never one above, and never a peer
 of its rank: device and compile meet only in ``backend.recording`` (the op stream), below both.
@@ -31,6 +31,7 @@ LAYERS = [
     ("backend.recording",),
     ("backend.device", "backend.compile"),
     ("backend.distributed",),
+    ("backend.autoload",),      # torch's autoload entry point: registers from each layer
     ("workbench",),
     ("extensions",),
 ]

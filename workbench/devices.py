@@ -11,6 +11,7 @@ hold shapes but no values (``torch.neuron.timing_only()``).
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, replace
 
 import torch
@@ -59,6 +60,7 @@ class DeviceSelection:
 
     def __init__(self) -> None:
         self.current = DeviceState()
+        self.hugging_face_device: str | None = None   # the $ACCELERATE_TORCH_DEVICE set_device wrote
 
     def reset(self) -> None:
         """Forget the selection (tests); torch itself is put back by ``set_device("cpu")``."""
@@ -148,7 +150,26 @@ def _apply(state: DeviceState, neuron_config) -> None:
         cuda_emulation.enable(state.target, redirect=state.redirect)
     torch.set_default_device(None if state.device == "cpu" else f"{state.runs_on}:0")
     set_timing_only(state.timing_only)
+    _point_hugging_face_at(state)
     SELECTION.current = state
+
+
+def _point_hugging_face_at(state: DeviceState) -> None:
+    """accelerate and transformers count ``neuron`` available only with AWS's torch_neuronx and
+    otherwise train on CPU; both take the device from ``$ACCELERATE_TORCH_DEVICE`` (docs/stack.md).
+    Point it at ``neuron`` while the model runs there, unset it after; a value set by anyone
+    else stays. (Emulated CUDA needs nothing: they find ``torch.cuda`` available.)"""
+    from backend.device.autoload import HF_DEVICE_ENV
+
+    current = os.environ.get(HF_DEVICE_ENV)
+    if current is not None and current != SELECTION.hugging_face_device:
+        return
+    wanted = "neuron" if state.runs_on == "neuron" else None
+    if wanted is None:
+        os.environ.pop(HF_DEVICE_ENV, None)
+    else:
+        os.environ[HF_DEVICE_ENV] = wanted
+    SELECTION.hugging_face_device = wanted
 
 
 @contextlib.contextmanager

@@ -49,6 +49,7 @@ class Profile:
         self.workload_target = None          # the config (NeuronCore, GPU, TPU) the workload ran on
         self.replay = None                   # config -> simulated ns of the workload there
         self.band = None
+        self._step_clock = None              # the simulated clock, while profile() records into it
         self._attach(traces, graphs)
 
     def _set_recording(self, recording: bool) -> None:
@@ -99,6 +100,16 @@ class Profile:
             if widest:
                 out["band_dominant"] = widest[0].knob.name
         return out
+
+    def step(self) -> None:
+        """Mark the end of a training step, as torch.profiler's ``prof.step()`` does, inside the
+        ``with wb.profile() as prof:`` block. The step ends when the simulated device has run what
+        was issued so far; the Chrome trace export writes each step as a ``ProfilerStep#<n>`` span
+        (n from 0), which Holistic Trace Analysis's per-iteration analyses read."""
+        if self._step_clock is None:
+            raise RuntimeError("Profile.step() marks steps while the profile records: call it inside its "
+                               "'with wb.profile() as prof:' block")
+        self.meta.setdefault("step_ends_ns", []).append(float(self._step_clock()))
 
     def time_band(self):
         """The simulated time with its error band (``backend.sim.sensitivity.TimeBand``): the run

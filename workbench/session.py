@@ -214,6 +214,8 @@ class ProfileSession:
         self.sampler = _Sampler(self.sink, RUNS_ON.get(self.device, self.device), self.on_op)
         self._stack.enter_context(recording(self.sampler, with_source=self.source))   # shares the simulator's record
         self._started = time.perf_counter()
+        from backend.device.events import simulated_clock_ns
+        self.profile._step_clock = lambda: simulated_clock_ns(self.sink)   # for Profile.step()
         return self.profile
 
     def _graphs(self) -> list:
@@ -225,6 +227,7 @@ class ProfileSession:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         wall = time.perf_counter() - self._started
+        self.profile._step_clock = None
         stack, self._stack = self._stack, None
         stack.close()
         self.profile.meta["wall_time_s"] = wall

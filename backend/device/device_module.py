@@ -78,8 +78,10 @@ class DeviceModule:
                  pool: Callable[[int], DeviceMemory], name: Callable[[int], str],
                  properties: Callable[[int], object], capability: Callable[[int], tuple[int, int]],
                  clock_ns: Callable[[], float], lazy_init: Callable[[], object] = lambda: None,
-                 bf16_supported: Callable[[], bool] = lambda: True, current=None):
+                 bf16_supported: Callable[[], bool] = lambda: True, current=None,
+                 storage_bytes: Callable[[int], tuple[int, int]] = lambda index: (0, 0)):
         self.device_type = device_type
+        self._storage_bytes = storage_bytes
         self._current = current if current is not None else ThreadCurrentDevice()
         self.unit = unit
         self._count = device_count
@@ -193,17 +195,23 @@ class DeviceModule:
         """The allocation books of ``device``."""
         return self._pool(self.index(device))
 
+    def _storages(self, device) -> tuple[int, int]:
+        """Current and peak bytes of storages made directly on ``device`` (not by tensors)."""
+        return self._storage_bytes(self.index(device))
+
+    # Storages made directly count as allocated; the peak of a sum is reported as at most the
+    # sum of the peaks, as the C++ allocator's statistics report it.
     def memory_allocated(self, device=None) -> int:
-        return self.memory_pool(device).allocated_bytes
+        return self.memory_pool(device).allocated_bytes + self._storages(device)[0]
 
     def max_memory_allocated(self, device=None) -> int:
-        return self.memory_pool(device).peak_allocated_bytes
+        return self.memory_pool(device).peak_allocated_bytes + self._storages(device)[1]
 
     def memory_reserved(self, device=None) -> int:
-        return self.memory_pool(device).reserved_bytes
+        return self.memory_pool(device).reserved_bytes + self._storages(device)[0]
 
     def max_memory_reserved(self, device=None) -> int:
-        return self.memory_pool(device).peak_reserved_bytes
+        return self.memory_pool(device).peak_reserved_bytes + self._storages(device)[1]
 
     def reset_peak_memory_stats(self, device=None) -> None:
         self.memory_pool(device).reset_peak()
@@ -216,7 +224,7 @@ class DeviceModule:
 
     def mem_get_info(self, device=None) -> tuple[int, int]:
         pool = self.memory_pool(device)
-        return pool.capacity_bytes - pool.allocated_bytes, pool.capacity_bytes
+        return pool.capacity_bytes - self.memory_allocated(device), pool.capacity_bytes
 
     def empty_cache(self) -> None:
         """Only live tensors are counted, so there is no cache to release."""

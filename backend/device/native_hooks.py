@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["install_native_hooks", "build_library", "native_hooks_installed", "INSTALLED", "report_device_count",
-           "native_current_device", "set_native_current_device"]
+           "native_current_device", "set_native_current_device", "native_storage_bytes"]
 
 logger = logging.getLogger(__name__)
 
@@ -179,6 +179,7 @@ def install_native_hooks() -> bool:
     STATE.callbacks = (_STATS_FN(_pool_stats), _RESET_FN(_pool_reset))
     STATE.flags = library.neuron_install(*STATE.callbacks)
     library.neuron_current_device.restype = ctypes.c_int
+    library.neuron_storage_bytes.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
     STATE.library = library
     logger.debug("neuron C++ hooks installed: %s", native_hooks_installed())
     return True
@@ -201,3 +202,13 @@ def set_native_current_device(index: int) -> bool:
         return False
     STATE.library.neuron_set_current_device(int(index))
     return True
+
+
+def native_storage_bytes(device: int) -> tuple[int, int]:
+    """Current and peak bytes of the storages the C++ allocator made on NeuronCore ``device``
+    (``torch.UntypedStorage(n, device="neuron:i")``): device memory outside the tensor books."""
+    if STATE.library is None:
+        return 0, 0
+    out = (ctypes.c_int64 * 2)()
+    STATE.library.neuron_storage_bytes(int(device), out)
+    return int(out[0]), int(out[1])

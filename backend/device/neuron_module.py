@@ -18,7 +18,7 @@ from .core_config import lnc_from_environment, visible_cores
 from .device_module import DEVICE_MODULES, DeviceModule, ThreadCurrentDevice
 from .events import simulated_clock_ns
 from .memory import install_pool, memory_for
-from .native_hooks import native_current_device, report_device_count, set_native_current_device
+from .native_hooks import native_current_device, native_storage_bytes, report_device_count, set_native_current_device
 from .numerics import hardware_numerics, hardware_numerics_enabled, set_hardware_numerics
 
 
@@ -153,7 +153,7 @@ def _pool(index: int):
 MODULE = DeviceModule(
     "neuron", unit="NeuronCore", device_count=device_count, pool=_pool, name=_name,
     properties=_properties, capability=_capability, clock_ns=simulated_clock_ns, lazy_init=get_target,
-    current=CurrentCore())
+    current=CurrentCore(), storage_bytes=native_storage_bytes)
 DEVICE_MODULES.add(MODULE)
 globals().update({name: value for name, value in MODULE.namespace().items() if name != "device_count"})
 

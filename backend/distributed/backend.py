@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import FakeProcessGroup
 
+from backend.device import register as register_device
 from backend.sim.topology import get_topology
 
 from .process_group import NeuronProcessGroup
@@ -41,7 +42,9 @@ class NeuronOptions:
 
 
 def create_process_group(common_opts, backend_opts) -> NeuronProcessGroup:
-    """PyTorch's extended-API creator: ``common_opts`` carries store, group rank, size and timeout."""
+    """PyTorch's extended-API creator: ``common_opts`` carries store, group rank, size and timeout.
+    Registers the device first: a script with only ``import torch`` may name "neuron" here first."""
+    register_device()
     return build_process_group(common_opts, backend_opts, BACKEND_NAME)
 
 

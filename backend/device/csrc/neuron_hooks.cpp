@@ -8,6 +8,9 @@
 // - The scaled_dot_product_attention backend choice: where CPU would run its flash kernel, the
 //   device takes SDPA's "overrideable" fused path, as TorchNeuron does (its
 //   _fused_sdp_choice_neuron returns overrideable), instead of the unfused math path.
+// - A timer for DistributedDataParallel's runtime statistics: DDP looks one up by the
+//   parameters' device type and, finding none, warns on every job that it collects time stats
+//   only for CPU and CUDA.
 //
 // Device tensors themselves stay Python wrapper subclasses holding host tensors; their memory
 // is booked by backend/device/memory.py, which the allocator's statistics ask through a
@@ -19,6 +22,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -39,21 +43,44 @@ using PoolResetFn = void (*)(int device, int peak_only);
 PoolStatsFn pool_stats = nullptr;
 PoolResetFn pool_reset = nullptr;
 
+// This thread's current NeuronCore, as CUDA keeps a current device per thread (the guard below
+// sets it; backend/device/neuron_module.py reads it).
+thread_local c10::DeviceIndex current_device = 0;
+
+// Storages this allocator made on one NeuronCore (torch.UntypedStorage(n, device="neuron:i")).
+struct CoreBooks {
+  int64_t current = 0, peak = 0, allocs = 0, frees = 0;
+};
+constexpr int kMaxCores = 64;
+
 struct HostBackedAllocator final : c10::DeviceAllocator {
   std::mutex mutex;
-  std::unordered_map<void*, size_t> sizes;
-  int64_t current = 0, peak = 0, allocs = 0, frees = 0;
+  std::unordered_map<void*, std::pair<size_t, c10::DeviceIndex>> sizes;
+  CoreBooks cores[kMaxCores];
 
-  c10::DataPtr allocate(size_t nbytes) override {
+  // A storage is made on the current device: PyTorch's storage constructor guards the device
+  // it was asked for (neuron:7, or the current one inside torch.neuron.device(3)) around this call.
+  c10::DataPtr allocate(size_t nbytes) override { return allocate_on(nbytes, current_device); }
+
+  c10::DataPtr allocate_on(size_t nbytes, c10::DeviceIndex device) {
     void* data = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
     if (data) {
       std::lock_guard<std::mutex> lock(mutex);
-      sizes[data] = nbytes;
-      current += static_cast<int64_t>(nbytes);
-      peak = std::max(peak, current);
-      ++allocs;
+      sizes[data] = {nbytes, device};
+      CoreBooks& books = core(device);
+      books.current += static_cast<int64_t>(nbytes);
+      books.peak = std::max(books.peak, books.current);
+      ++books.allocs;
     }
-    return {data, data, &release, c10::Device(kDevice, 0)};
+    return {data, data, &release, c10::Device(kDevice, device)};
+  }
+
+  CoreBooks& core(c10::DeviceIndex device) { return cores[std::clamp<int>(device, 0, kMaxCores - 1)]; }
+
+  c10::DeviceIndex device_of(void* data) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = sizes.find(data);
+    return it == sizes.end() ? current_device : it->second.second;
   }
 
   static void release(void* data);
@@ -74,6 +101,7 @@ struct HostBackedAllocator final : c10::DeviceAllocator {
       std::fill(books, books + kFields, 0);
     }
     std::lock_guard<std::mutex> lock(mutex);
+    const CoreBooks& own = core(device);
     c10::CachingDeviceAllocator::DeviceStats stats;
     auto set = [](c10::CachingDeviceAllocator::StatArray& array, int64_t cur, int64_t top,
                   int64_t allocated, int64_t freed) {
@@ -86,12 +114,12 @@ struct HostBackedAllocator final : c10::DeviceAllocator {
     };
     // Device tensors (the Python books) plus storages made directly by this allocator; the
     // peak of a sum is at most the sum of the peaks, which is what is reported.
-    set(stats.allocated_bytes, books[kAllocCur] + current, books[kAllocPeak] + peak, 0, 0);
-    set(stats.active_bytes, books[kAllocCur] + current, books[kAllocPeak] + peak, 0, 0);
-    set(stats.requested_bytes, books[kAllocCur] + current, books[kAllocPeak] + peak, 0, 0);
-    set(stats.reserved_bytes, books[kResCur] + current, books[kResPeak] + peak, 0, 0);
-    set(stats.allocation, books[kAllocs] - books[kFrees] + static_cast<int64_t>(sizes.size()), 0,
-        books[kAllocs] + allocs, books[kFrees] + frees);
+    set(stats.allocated_bytes, books[kAllocCur] + own.current, books[kAllocPeak] + own.peak, 0, 0);
+    set(stats.active_bytes, books[kAllocCur] + own.current, books[kAllocPeak] + own.peak, 0, 0);
+    set(stats.requested_bytes, books[kAllocCur] + own.current, books[kAllocPeak] + own.peak, 0, 0);
+    set(stats.reserved_bytes, books[kResCur] + own.current, books[kResPeak] + own.peak, 0, 0);
+    set(stats.allocation, books[kAllocs] - books[kFrees] + own.allocs - own.frees, 0,
+        books[kAllocs] + own.allocs, books[kFrees] + own.frees);
     stats.num_ooms = books[kOoms];
     return stats;
   }
@@ -99,13 +127,13 @@ struct HostBackedAllocator final : c10::DeviceAllocator {
   void resetAccumulatedStats(c10::DeviceIndex device) override {
     if (pool_reset) pool_reset(device, 0);
     std::lock_guard<std::mutex> lock(mutex);
-    allocs = frees = 0;
+    core(device).allocs = core(device).frees = 0;
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
     if (pool_reset) pool_reset(device, 1);
     std::lock_guard<std::mutex> lock(mutex);
-    peak = current;
+    core(device).peak = core(device).current;
   }
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
@@ -113,7 +141,7 @@ struct HostBackedAllocator final : c10::DeviceAllocator {
     TORCH_CHECK(pool_stats != nullptr && pool_stats(device, books) != 0,
                 "neuron:", static_cast<int>(device), " has no memory books yet; use the device first");
     std::lock_guard<std::mutex> lock(mutex);
-    const int64_t used = books[kAllocCur] + current;
+    const int64_t used = books[kAllocCur] + core(device).current;
     return {static_cast<size_t>(std::max<int64_t>(books[kCapacity] - used, 0)),
             static_cast<size_t>(books[kCapacity])};
   }
@@ -128,8 +156,9 @@ void HostBackedAllocator::release(void* data) {
     std::lock_guard<std::mutex> lock(allocator.mutex);
     auto it = allocator.sizes.find(data);
     if (it != allocator.sizes.end()) {
-      allocator.current -= static_cast<int64_t>(it->second);
-      ++allocator.frees;
+      CoreBooks& books = allocator.core(it->second.second);
+      books.current -= static_cast<int64_t>(it->second.first);
+      ++books.frees;
       allocator.sizes.erase(it);
     }
   }
@@ -137,10 +166,8 @@ void HostBackedAllocator::release(void* data) {
 }
 
 // NeuronCores of the simulated chip (the most Python has reported: it only grows, since the
-// autograd engine sizes its per-device queues once), and this thread's current one, as CUDA
-// keeps a current device per thread (backend/device/neuron_module.py: device_count).
+// autograd engine sizes its per-device queues once; backend/device/neuron_module.py: device_count).
 std::atomic<int> device_count{1};
-thread_local c10::DeviceIndex current_device = 0;
 
 struct NeuronHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
@@ -164,7 +191,7 @@ struct NeuronHooks final : at::PrivateUse1HooksInterface {
     return at::detail::getDefaultCPUGenerator();
   }
 
-  at::Device getDeviceFromPtr(void*) const override { return {kDevice, 0}; }
+  at::Device getDeviceFromPtr(void* data) const override { return {kDevice, allocator.device_of(data)}; }
 
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
@@ -175,7 +202,7 @@ struct NeuronHooks final : at::PrivateUse1HooksInterface {
       impl->set_nbytes(newsize);
       return;
     }
-    c10::DataPtr data = allocator.allocate(newsize);
+    c10::DataPtr data = allocator.allocate_on(newsize, storage.device().index());
     const size_t kept = std::min(impl->nbytes(), newsize);
     if (kept > 0) std::memcpy(data.get(), impl->data_ptr().get(), kept);
     impl->set_data_ptr_noswap(std::move(data));
@@ -273,6 +300,30 @@ namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &neuron_sdp_choice)
 }  // namespace at::native
 
+namespace c10d {
+namespace {
+// DDP's time stats on the device (forward, backward compute, communication, their overlap, in
+// _get_ddp_logging_data()): host timestamps, as CPU's timer takes them, since the device runs
+// synchronously on the host. The simulated time of the same step is in the workbench's profile.
+class NeuronDdpTimer : public Timer {
+ public:
+  explicit NeuronDdpTimer(c10::Device /*device*/) {}
+
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    const int64_t start_time = getTimeRef(start);
+    const int64_t end_time = getTimeRef(end);
+    // A step without the end event (no communication, say) or one recorded out of order.
+    if (start_time == kUnsetTime || end_time == kUnsetTime || end_time < start_time) {
+      return std::nullopt;
+    }
+    return end_time - start_time;
+  }
+};
+}  // namespace
+
+C10_REGISTER_TYPED_CLASS(TimerRegistry, c10::kPrivateUse1, NeuronDdpTimer)
+}  // namespace c10d
+
 // What neuron_install registered (bit flags), so Python can log and test it.
 enum Installed { kAllocator = 1, kHooks = 2, kGuard = 4 };
 
@@ -309,4 +360,12 @@ extern "C" void neuron_set_device_count(int count) {
 
 // This thread's current NeuronCore: torch.neuron.current_device() / set_device().
 extern "C" int neuron_current_device() { return current_device; }
+
+// Storages the allocator made on ``device``: current and peak bytes (torch.neuron.memory_*).
+extern "C" void neuron_storage_bytes(int device, int64_t* out) {
+  std::lock_guard<std::mutex> lock(allocator.mutex);
+  const CoreBooks& books = allocator.core(static_cast<c10::DeviceIndex>(device));
+  out[0] = books.current;
+  out[1] = books.peak;
+}
 extern "C" void neuron_set_current_device(int device) { current_device = static_cast<c10::DeviceIndex>(device); }
