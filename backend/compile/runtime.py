@@ -17,7 +17,7 @@ from backend import recording
 from backend.recording import SIMULATED_DEVICE_TYPES
 
 from .device_values import device_outputs, rewrap_device_outputs
-from .feed import feed_kernel, first_call_done
+from .feed import feed_graph, first_call_done
 from .kernels import ValueCapture, build_kernels, has_symbolic_shapes
 from .graph_log import CompiledPartInfo
 
@@ -122,7 +122,6 @@ class CompiledPart:
         args.clear()
         with recording.suspended():   # a sink must not see its own bookkeeping as device ops
             for sink, _with_source in sinks:
-                for kernel in kernels:
-                    feed_kernel(sink, kernel)
+                feed_graph(sink, kernels)
         first_call_done(kernels)
         return out

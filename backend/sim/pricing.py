@@ -91,7 +91,7 @@ _STOCK = (
         chips=(8, "aws.amazon.com/ec2/instance-types/p5"),
         usd_per_hour=(55.04, f"{ASSUMPTION}: $98.32/hr before the cut (factualminds.com) x 0.56 after "
                              f"{_AWS_CUT}; plausible $39.33 (Capacity Block rate, "
-                             "aws.amazon.com/ec2/capacityblocks/pricing) .. $98.32"),
+                             "aws.amazon.com/ec2/capacityblocks/pricing) .. $98.32", (39.33, 98.32)),
         price_date=("2025-06", "date of the cut")),
     InstancePrice.cited(
         "trn1.32xlarge", provider=("aws", "aws.amazon.com/ec2/instance-types/trn1"),
@@ -104,7 +104,7 @@ _STOCK = (
         accelerator=("trn2", "awsdocs-neuron about-neuron/arch/neuron-hardware/trn2-arch (16 Trainium2 chips)"),
         chips=(16, "awsdocs-neuron about-neuron/arch/neuron-hardware/trn2-arch"),
         usd_per_hour=(45.0, f"{ASSUMPTION}: no stored page prints the on-demand price; plausible $30 .. $60 "
-                            "(between trn1.32xlarge and the pre-cut p5.48xlarge per chip)"),
+                            "(between trn1.32xlarge and the pre-cut p5.48xlarge per chip)", (30.0, 60.0)),
         price_date=("2025-06", "assumed")),
     InstancePrice.cited(
         "tpu-v5e", provider=("gcp", "cloud.google.com/tpu/pricing"),
@@ -116,7 +116,8 @@ _STOCK = (
         "tpu-v5p", provider=("gcp", "cloud.google.com/tpu/pricing"),
         accelerator=("v5p", "cloud.google.com/tpu/pricing (per chip-hour)"),
         chips=(1, "cloud.google.com/tpu/pricing lists TPUs per chip-hour"),
-        usd_per_hour=(4.20, f"{ASSUMPTION}: no stored page prints it; plausible $3.50 .. $4.50 per chip-hour"),
+        usd_per_hour=(4.20, f"{ASSUMPTION}: no stored page prints it; plausible $3.50 .. $4.50 per chip-hour",
+                      (3.50, 4.50)),
         price_date=("2024-11", "assumed")),
     InstancePrice.cited(
         "tpu-v6e", provider=("gcp", "cloud.google.com/tpu/pricing"),

@@ -104,8 +104,8 @@ class GpuSession(StreamTimeline):
         start = self._enqueue()
         summary = self._summary(name, kind, record, start + cost.device_ns)
         summary.busy_ns.update(tensor_core=cost.tensor_ns, cuda_core=cost.cuda_ns, hbm=cost.memory_ns)
-        summary.hbm_read_bytes = cost.hbm_read_bytes
-        summary.hbm_write_bytes = cost.hbm_write_bytes
+        summary.hbm_read_bytes, summary.hbm_write_bytes = cost.hbm_read_bytes, cost.hbm_write_bytes
+        summary.l2_read_bytes, summary.l2_write_bytes = cost.l2_read_bytes, cost.l2_write_bytes
         summary.flops = cost.flops
         summary.instruction_count = 1
         index = summary.op_index
@@ -114,7 +114,7 @@ class GpuSession(StreamTimeline):
         self._event(after_mma, cost.cuda_ns, "cuda_core", "simt", index,
                     flops=cost.flops - cost.tensor_flops)
         self._event(start, cost.memory_ns, "hbm", "l2_stream" if cost.l2_hit else "hbm_stream",
-                    index, cost.hbm_read_bytes + cost.hbm_write_bytes)
+                    index, cost.read_bytes + cost.write_bytes)
         return self._append(summary)
 
     def _feed_copy(self, record: OpRecord) -> None:
