@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from workbench.figures.comparison import comparison_figure, profiles_figure
+from workbench.figures.display import display_figure
 from workbench.figures.graph import graph_figure
 from workbench.figures.memory import memory_figure
 from workbench.figures.price import price_performance_figure
@@ -13,7 +14,7 @@ from workbench.presenters import presenter
 
 __all__ = ["timeline_figure", "highlight_op", "utilisation_figure", "memory_figure", "roofline_figure",
            "graph_figure", "comparison_figure", "profiles_figure", "price_performance_figure", "profile_figures",
-           "latency_cdf_figure", "kv_occupancy_figure"]
+           "display_figure", "latency_cdf_figure", "kv_occupancy_figure"]
 
 
 @presenter("profile.figures")

@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 import pandas as pd
 
 from backend.sim.serving import poisson_requests
-from workbench.sweeps import _progress_bar, _ray, grid_points
+from workbench.ray_cluster import ray_module, ray_session
+from workbench.sweeps import _progress_bar, grid_points
 from workbench.serving.service import serve
 
 __all__ = ["serve_sweep", "cheapest", "SWEEP_KEYS"]
@@ -47,9 +48,10 @@ def run_group(model_or_config, points: list[dict], requests, serve_options: dict
 
 def serve_sweep(model_or_config, grid: Mapping[str, Sequence], *, requests: dict | Callable,
                 slo=None, parallel: bool = True, address: str | None = None, num_cpus: int = 2,
-                progress: bool = True, **serve_options) -> pd.DataFrame:
+                progress: bool = True, connect_timeout_s: float = 10.0, **serve_options) -> pd.DataFrame:
     """One row per grid point (``rate_per_s`` and any of ``target``, ``tp``, ``replicas`` and
-    ``scheduler``), with ``wb.serve``'s summary; ``serve_options`` go to every ``wb.serve``."""
+    ``scheduler``), with ``wb.serve``'s summary; ``serve_options`` go to every ``wb.serve``.
+    ``address``, ``num_cpus`` and ``connect_timeout_s`` choose the Ray cluster as ``wb.sweep``'s do."""
     if "rate_per_s" not in grid:
         raise ValueError("serve_sweep() needs grid['rate_per_s'], the request rates to load each configuration with")
     points = grid_points(grid)
@@ -69,12 +71,8 @@ def serve_sweep(model_or_config, grid: Mapping[str, Sequence], *, requests: dict
         for members in groups.values():
             keep(members, run_group(model_or_config, [p for _, p in members], requests, options))
     else:
-        ray = _ray()
-        started_here = not ray.is_initialized()
-        if started_here:
-            ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
-                     log_to_driver=False)
-        try:
+        ray_module()            # a missing Ray names the extra before anything else
+        with ray_session(address, num_cpus, connect_timeout_s) as ray:
             task, model_ref = ray.remote(run_group), ray.put(model_or_config)
             pending = {task.remote(model_ref, [p for _, p in members], requests, options): members
                        for members in groups.values()}
@@ -83,9 +81,6 @@ def serve_sweep(model_or_config, grid: Mapping[str, Sequence], *, requests: dict
                 done, waiting = ray.wait(waiting, num_returns=1)
                 for ref in done:
                     keep(pending[ref], ray.get(ref))
-        finally:
-            if started_here:
-                ray.shutdown()
     bar.close()
     return pd.DataFrame.from_records(rows)
 
