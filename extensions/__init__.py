@@ -7,6 +7,7 @@ Magics, each a thin layer over ``workbench``:
   ``--compare cpu,cuda,neuron``, ``--compile``, ``-o``)
 - ``%neuron_graphs``   the graphs ``torch.compile(backend="neuron")`` compiled in this session
 - ``%neuron_migrate``  what moving a model from a GPU to Trainium would take (``wb.migration_report``)
+- ``%neuron_serve``    a request load on a model, per target: TTFT, TPOT, goodput, USD per 1M tokens (``wb.serve``)
 
 A new magic is a ``Magics`` class added to ``MAGICS``; loading registers every class there and
 unloading removes exactly the names they registered.
@@ -19,12 +20,13 @@ from extensions.device_magics import DeviceMagics
 from extensions.graph_magics import GraphMagics
 from extensions.migrate_magics import MigrateMagics
 from extensions.profile_magics import ProfileMagics
+from extensions.serve_magics import ServeMagics
 
 __all__ = ["MAGICS", "load_ipython_extension", "unload_ipython_extension"]
 
 log = logging.getLogger(__name__)
 
-MAGICS = (DeviceMagics, ProfileMagics, GraphMagics, MigrateMagics)
+MAGICS = (DeviceMagics, ProfileMagics, GraphMagics, MigrateMagics, ServeMagics)
 
 
 def load_ipython_extension(ipython) -> None:

@@ -62,8 +62,11 @@ _LAZY = {
     "topologies": "workbench.hardware",
     "assumptions": "workbench.hardware",
     "assumption": "workbench.hardware",
+    "serve": "workbench.serving",
+    "ServingResult": "workbench.serving",
+    "serve_sweep": "workbench.serving",
 }
-__all__ = ["__version__", "figures", *_LAZY]
+__all__ = ["__version__", "figures", "serving", *_LAZY]
 
 # Which module registers each presenter of a Profile (imported on first use; see presenters).
 _provide("workbench.figures", "profile.figures")
@@ -74,8 +77,8 @@ _provide("workbench.tables", "profile.write_tables")
 
 
 def __getattr__(name):
-    if name == "figures":
-        return import_module("workbench.figures")
+    if name in ("figures", "serving"):
+        return import_module(f"workbench.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'workbench' has no attribute {name!r}")

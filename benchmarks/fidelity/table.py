@@ -268,10 +268,11 @@ def gpu_rows() -> list[Row]:
 
 
 def all_rows() -> list[Row]:
-    """Every row of the table, NeuronCore first, then GPU and TPU."""
-    from benchmarks.fidelity.tpu import tpu_rows     # tpu builds its rows from this module's Row
+    """Every row of the table, NeuronCore first, then GPU and TPU, then serving."""
+    from benchmarks.fidelity.serving import serving_rows   # these modules build their rows from Row
+    from benchmarks.fidelity.tpu import tpu_rows
 
-    return neuron_rows() + gpu_rows() + tpu_rows()
+    return neuron_rows() + gpu_rows() + tpu_rows() + serving_rows()
 
 
 def format_table(rows: list[Row]) -> str:

@@ -17,7 +17,8 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 PLOTLY = "application/vnd.plotly.v1+json"
 EXPECTED = ("01_quickstart.ipynb", "02_eager_vs_compiled.ipynb", "03_cuda_to_neuron.ipynb",
             "04_transformer_anatomy.ipynb", "05_hardware_what_ifs.ipynb", "06_migration_report.ipynb",
-            "07_llama_from_a_laptop.ipynb", "08_scaling_llama.ipynb", "09_porting_a_custom_kernel.ipynb")
+            "07_llama_from_a_laptop.ipynb", "08_scaling_llama.ipynb", "09_porting_a_custom_kernel.ipynb",
+            "10_serving_what_if.ipynb")
 
 # Per notebook: (text that some output must contain, mime types some output must have).
 FACTS = {
@@ -41,6 +42,8 @@ FACTS = {
     "08_scaling_llama.ipynb": (["trn2-ultraserver", "dgx-h100", "of the step is exposed communication, speedup",
                                 "trn2/lnc2", "restored: trn2 with 8 NeuronCores"],
                                [PLOTLY]),
+    "10_serving_what_if.ipynb": (["usd_per_1m_tokens", "no memory left for the KV cache",
+                                  "cheapest per rate meeting the SLO", "interpolated_s", "kv_peak_percent"], [PLOTLY]),
     "09_porting_a_custom_kernel.ipynb": (["CUDA extension not available here", "step 1 matches PyTorch: True",
                                           "weight broadcast hoisted", "bf16 in and out", "output dtype: torch.bfloat16",
                                           "err_num_partition_exceed_arch_limit", "nki::rmsnorm_v2",

@@ -7,13 +7,14 @@ from workbench.figures.graph import graph_figure
 from workbench.figures.memory import memory_figure
 from workbench.figures.price import price_performance_figure
 from workbench.figures.roofline import roofline_figure
+from workbench.figures.serving import kv_occupancy_figure, latency_cdf_figure
 from workbench.figures.timeline import highlight_op, timeline_figure
 from workbench.figures.utilisation import utilisation_figure
 from workbench.presenters import presenter
 
 __all__ = ["timeline_figure", "highlight_op", "utilisation_figure", "memory_figure", "roofline_figure",
            "graph_figure", "comparison_figure", "profiles_figure", "price_performance_figure", "profile_figures",
-           "display_figure"]
+           "display_figure", "latency_cdf_figure", "kv_occupancy_figure"]
 
 
 @presenter("profile.figures")

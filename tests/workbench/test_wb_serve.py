@@ -1,0 +1,96 @@
+"""wb.serve end to end on a tiny Llama (Hugging Face config, built timing-only) on trn2 and h100:
+iteration costs from the real model, KV capacity from memory, prices, and the interpolation check."""
+import math
+
+import pytest
+import torch
+from transformers import LlamaConfig
+
+import workbench as wb
+from backend.sim.collectives import collective_cost
+from backend.sim.pricing import price
+from backend.sim.serving import Iteration
+from workbench.serving.iteration_costs import IterationCosts
+from workbench.serving.model_shapes import build_timing_only, shard_config
+from workbench.serving.model_shapes import model_shape
+from workbench.serving.service import activation_bytes, iteration_costs
+
+TINY = LlamaConfig(vocab_size=1024, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                   num_attention_heads=8, num_key_value_heads=4)
+OPTIONS = {"max_num_seqs": 4, "max_num_batched_tokens": 64}
+
+
+@pytest.fixture(scope="module")
+def requests():
+    return wb.serving.poisson_requests(40.0, 30, prompt_tokens=(16, 60), output_tokens=(2, 20), seed=1)
+
+
+@pytest.mark.parametrize("target", ["trn2", "h100"])
+def test_serve_tiny_llama(target, requests):
+    result = wb.serve(TINY, requests, target=target, tp=2, replicas=2, slo={"ttft_s": 1.0, "tpot_s": 1.0},
+                      **OPTIONS)
+    s = result.summary
+    assert (s["completed"], s["rejected"], len(result.requests)) == (30, 0, 30)
+    assert s["goodput_requests_per_s"] == s["requests_per_s"] > 0          # a generous SLO: every request
+    for key in ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "itl_p99_s", "throughput_tokens_per_s",
+                "usd_per_1m_tokens"):
+        assert math.isfinite(s[key]) and s[key] > 0, key
+    assert set(result.requests["replica"]) == {0, 1}
+    timeline = result.timeline
+    assert (timeline["kv_blocks_used"] <= timeline["kv_blocks_total"]).all()
+    assert (timeline["batch_size"] <= OPTIONS["max_num_seqs"]).all()
+    assert (timeline["prefill_tokens"] + timeline["decode_tokens"] <= OPTIONS["max_num_batched_tokens"]).all()
+    # the first request meets an idle replica: its TTFT is the model's prefill of its prompt
+    costs = iteration_costs(TINY, target, 2, _config(result))
+    first = result.requests.iloc[0]
+    assert first["ttft_s"] == pytest.approx(costs(Iteration(((int(first["prompt_tokens"]), 0),))))
+    usd = price(target).usd_per_device_hour * 4 * s["duration_s"] / 3600
+    assert s["usd_per_1m_tokens"] == pytest.approx(usd / s["output_tokens"] * 1e6)
+    assert (result.interpolation["error_percent"].abs() < 10).all()
+    assert set(result.figures()) == {"latency_cdf", "kv_occupancy"}
+
+
+def _config(result):
+    from backend.sim.serving import SchedulerConfig
+    return SchedulerConfig(max_model_len=256, **OPTIONS)
+
+
+def test_kv_cache_gets_memory_minus_weights_and_activations(requests):
+    result = wb.serve(TINY, requests[:3], target="h100", tp=2, check=False, **OPTIONS)
+    shape = model_shape(TINY)
+    free = (wb.target("h100").hbm_bytes * 0.9 - shape.num_params * 2 / 2
+            - activation_bytes(shape, 2, 64, 4))
+    per_block = 16 * 2 * 4 * (4 // 2) * 32 * 2          # block x (K, V) x layers x KV heads here x head_dim x bf16
+    assert result.summary["num_gpu_blocks"] == int(free // per_block)
+
+
+def test_layers_extrapolate_and_tp_adds_two_all_reduces_per_layer():
+    costs = IterationCosts(TINY, "trn2", tp=2, max_num_seqs=2, token_budget=32, max_model_len=64)
+    whole = build_timing_only(shard_config(TINY, 2))                  # all 4 layers of one device's share
+    costs._models[4] = whole            # measured directly beside the 1- and 2-layer builds
+    direct = costs._forward_s(4, 2, 20, 1)
+    allreduce = 2 * 4 * collective_cost("all_reduce", 2 * 256 * 2, 2, costs.topology).time_ns * 1e-9
+    assert costs.allreduce_s(2) == pytest.approx(allreduce) and allreduce > 0
+    assert costs.decode_direct(2, 21) == pytest.approx(direct + allreduce, rel=1e-6)
+
+
+def test_serve_needs_a_causal_lm_config():
+    with pytest.raises(TypeError, match="needs a Hugging Face causal LM or its config"):
+        wb.serve(torch.nn.Linear(4, 4), [(0.0, 4, 4)], target="trn2")
+
+
+def test_folded_decode_attention_computes_what_hugging_face_computes():
+    from transformers import LlamaForCausalLM
+
+    from workbench.serving.attention import register
+    torch.manual_seed(0)
+    reference = LlamaForCausalLM(TINY).eval()
+    folded = LlamaForCausalLM._from_config(TINY, attn_implementation=register()).eval()
+    folded.load_state_dict(reference.state_dict())
+    prompt, step = torch.randint(0, 1024, (2, 7)), torch.randint(0, 1024, (2, 1))
+    with torch.no_grad():
+        outs = []
+        for model in (reference, folded):
+            first = model(prompt, use_cache=True)
+            outs.append(model(step, past_key_values=first.past_key_values).logits)
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-4)

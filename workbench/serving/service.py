@@ -1,0 +1,150 @@
+"""``wb.serve``: a request load on a real model, on any target, with vLLM's schedulers.
+
+    result = wb.serve(LlamaConfig(...), wb.serving.poisson_requests(4.0, 1000, 512, 128),
+                      target="trn2", tp=8, replicas=2, scheduler="sarathi", slo={"ttft_s": 1.0, "tpot_s": 0.05})
+    result.summary["goodput_requests_per_s"], result.summary["usd_per_1m_tokens"]
+    result.requests; result.timeline; result.interpolation; result.figures()
+
+Iteration costs come from the model itself (``IterationCosts``: timing-only forwards through the
+lowering and simulator, cached per model, target, tp and grid); the request-level simulation is
+``backend.sim.serving``. The KV cache gets what vLLM gives it: ``gpu_memory_utilization`` of the
+device's memory minus the device's share of the weights and the activations of the largest batch.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+
+from backend.sim.presets import get_target
+from backend.sim.pricing import price
+from backend.sim.serving import (SchedulerConfig, kv_bytes_per_token, num_kv_blocks, poisson_requests, simulate,
+                                 summarize, trace_requests)
+from backend.sim.serving.requests import Request
+from workbench.serving.iteration_costs import IterationCosts
+from workbench.serving.model_shapes import ModelShape, _config_of, model_shape
+
+__all__ = ["serve", "ServingResult", "iteration_costs", "activation_bytes"]
+
+_COSTS: dict = {}       # (model config, target, tp, grid) -> IterationCosts, measured once per session
+
+
+@dataclass
+class ServingResult:
+    """What a load did on one configuration: summary, one row per request, one per iteration."""
+
+    summary: dict
+    requests: pd.DataFrame
+    timeline: pd.DataFrame
+    interpolation: pd.DataFrame = field(default_factory=pd.DataFrame)
+    label: str = ""
+
+    def figures(self) -> dict:
+        from workbench.figures.serving import kv_occupancy_figure, latency_cdf_figure
+        return {"latency_cdf": latency_cdf_figure(self), "kv_occupancy": kv_occupancy_figure(self)}
+
+    def _repr_html_(self) -> str:
+        keys = ("target", "tp", "replicas", "ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "itl_p99_s",
+                "throughput_tokens_per_s", "goodput_requests_per_s", "usd_per_1m_tokens")
+        return pd.DataFrame([{k: self.summary.get(k) for k in keys}]).to_html(index=False)
+
+
+def activation_bytes(shape: ModelShape, tp: int, token_budget: int, max_num_seqs: int) -> float:
+    """Peak activations of the largest batch on one device (the estimate vLLM's profiling run
+    measures): the hidden states, q/k/v and MLP intermediates of ``token_budget`` tokens in one
+    layer, and fp32 logits of ``max_num_seqs`` sequences."""
+    per_token = (4 * shape.hidden_size + 3 * shape.intermediate_size / tp
+                 + 2 * (shape.num_attention_heads + shape.num_kv_heads) * shape.head_dim / tp)
+    return per_token * token_budget * shape.dtype_bytes + max_num_seqs * shape.vocab_size / tp * 4
+
+
+def _requests(requests) -> list[Request]:
+    if isinstance(requests, dict):
+        return poisson_requests(**requests)
+    rows = list(requests) if not hasattr(requests, "to_dict") else requests
+    if not hasattr(rows, "to_dict") and rows and isinstance(rows[0], Request):
+        return rows
+    return trace_requests(rows)
+
+
+def _model_len(reqs: list[Request]) -> int:
+    longest = max(r.prompt_tokens + r.output_tokens for r in reqs)
+    return max(256, 1 << math.ceil(math.log2(longest)))
+
+
+def iteration_costs(model_or_config, target: str, tp: int, config: SchedulerConfig) -> IterationCosts:
+    """The (cached) iteration costs of a model on ``target`` for ``config``'s batch shapes."""
+    model_config = _config_of(model_or_config)
+    key = (model_config.to_json_string(), get_target(target).name, tp, config.max_num_seqs, config.token_budget,
+           config.max_model_len, config.enable_chunked_prefill)
+    if key not in _COSTS:
+        _COSTS[key] = IterationCosts(model_config, target, tp=tp, max_num_seqs=config.max_num_seqs,
+                                     token_budget=config.token_budget, max_model_len=config.max_model_len,
+                                     chunked_prefill=config.enable_chunked_prefill)
+    return _COSTS[key].build()
+
+
+def _prices(summary: dict, target: str, devices: int) -> dict:
+    try:
+        usd_per_hour = price(target).usd_per_device_hour * devices
+    except ValueError:             # no instance holds this target (a derived preset)
+        usd_per_hour = float("nan")
+    usd = usd_per_hour * summary["duration_s"] / 3600
+    audio_hours = summary["audio_seconds_per_s"] * summary["duration_s"] / 3600
+    return {"devices": devices, "usd_per_hour": usd_per_hour, "usd": usd,
+            "usd_per_1m_tokens": usd / summary["output_tokens"] * 1e6 if summary["output_tokens"] else float("nan"),
+            "usd_per_audio_hour": usd / audio_hours if audio_hours > 0 else float("nan")}
+
+
+def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, replicas: int = 1,
+          scheduler: str | SchedulerConfig = "vllm", slo=None, gpu_memory_utilization: float = 0.9,
+          num_gpu_blocks: int | None = None, check: bool = True, **scheduler_options) -> ServingResult:
+    """Serve ``requests`` with ``model_or_config`` (a Hugging Face causal LM or its config) on
+    ``replicas`` replicas of ``tp`` devices of ``target``.
+
+    ``requests``: a list of ``Request``, a trace (rows or a DataFrame with ``arrival_s``,
+    ``prompt_tokens``, ``output_tokens`` and optionally ``audio_s``) or a dict of
+    ``poisson_requests`` arguments. ``scheduler``: ``"vllm"`` (continuous batching),
+    ``"sarathi"`` (chunked prefill) or a ``SchedulerConfig``; ``scheduler_options`` are vLLM's
+    names (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``, ``watermark``,
+    ``max_model_len``). ``slo``: ``{"ttft_s": ..., "tpot_s": ..., "e2e_s": ...}`` for goodput.
+    ``check``: compare the interpolated iteration costs with direct simulation (``.interpolation``).
+    """
+    started = time.perf_counter()
+    reqs = _requests(requests)
+    if not reqs:
+        raise ValueError("serve() needs at least one request")
+    if isinstance(scheduler, str):
+        scheduler_options.setdefault("max_model_len", _model_len(reqs))
+        config = SchedulerConfig.named(scheduler, **scheduler_options)
+    elif scheduler_options:
+        raise TypeError(f"serve() got scheduler options {sorted(scheduler_options)} and a SchedulerConfig; "
+                        "put them in the SchedulerConfig")
+    else:
+        config = scheduler
+    costs = iteration_costs(model_or_config, target, tp, config)
+    shape = costs.shape
+    if num_gpu_blocks is None:
+        weights = shape.num_params * shape.dtype_bytes / tp
+        num_gpu_blocks = num_kv_blocks(get_target(target).hbm_bytes, weights,
+                                       activation_bytes(shape, tp, config.token_budget, config.max_num_seqs),
+                                       kv_bytes_per_token(shape.num_layers, shape.num_kv_heads, shape.head_dim,
+                                                          shape.dtype_bytes, tp),
+                                       config.block_size, gpu_memory_utilization)
+    run = simulate(reqs, costs, num_gpu_blocks=num_gpu_blocks, scheduler=config, replicas=replicas)
+    summary = summarize(run, slo)
+    summary.update(_prices(summary, costs.target, tp * replicas))
+    summary.update({"target": costs.target, "tp": tp, "replicas": replicas,
+                    "scheduler": "chunked_prefill" if config.enable_chunked_prefill else "continuous_batching",
+                    "num_gpu_blocks": num_gpu_blocks, "kv_cache_tokens": num_gpu_blocks * config.block_size,
+                    "slo": json.dumps(dict(slo or {})), "iteration_shapes_measured": len(costs.measurements),
+                    "host_time_s": time.perf_counter() - started})
+    interpolation = pd.DataFrame(costs.check()) if check else pd.DataFrame()
+    if check:
+        summary["interpolation_error_max_percent"] = float(interpolation["error_percent"].abs().max())
+    return ServingResult(summary, pd.DataFrame(run.request_records()), pd.DataFrame(run.iteration_records()),
+                         interpolation, f"{costs.target} tp{tp} x{replicas}")
