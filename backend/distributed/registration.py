@@ -1,8 +1,8 @@
 """What importing the workbench registers with ``torch.distributed``: the ``"neuron"`` backend,
-and ``"nccl"`` for whenever CUDA emulation is on."""
+``"nccl"`` for whenever CUDA emulation is on, and pipeline tracing that lets a stage move to ``neuron``."""
 from __future__ import annotations
 
-from . import backend, nccl
+from . import backend, nccl, pipeline_tracing
 
 __all__ = ["register"]
 
@@ -11,3 +11,4 @@ def register() -> None:
     """Once per process; calling it again changes nothing."""
     backend.register()
     nccl.register()
+    pipeline_tracing.install()
