@@ -88,6 +88,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._exchange = exchange
         self.topology = topology
+        self.moves_no_values = fake         # built on PyTorch's fake process group
         # One rank of a fake world: outputs keep this rank's own data, so they are marked as
         # values the world did not compute (``backend.device.fake_values``).
         self.fake = fake and size > 1

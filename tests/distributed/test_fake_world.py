@@ -146,3 +146,16 @@ def test_object_collectives_fail_clearly_or_work(world_1024):
     gathered = [None] * 1024
     dist.all_gather_object(gathered, "config")            # identical ranks: each has this rank's
     assert set(gathered) == {"config"}
+
+
+def test_sub_groups_of_a_fake_world_are_fake(world_1024, neuron):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("neuron", (8, 128), mesh_dim_names=("pp", "tp"))
+    pp = mesh["pp"].get_group()
+    assert isinstance(pp, NeuronProcessGroup) and pp.moves_no_values and pp.topology == "trn2.48xlarge"
+    assert dist.get_process_group_ranks(pp) == list(range(0, 1024, 128))
+    x = torch.ones(4, device=neuron)
+    dist.all_reduce(x, group=pp)
+    with pytest.raises(FakeWorldValueError, match="all_reduce of a 8-rank fake world"):
+        x.sum().item()
