@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["PipelineAction", "PipelineEvent", "PipelineTimeline", "simulate_pipeline", "KINDS"]
+__all__ = ["PipelineAction", "PipelineEvent", "PipelineTimeline", "simulate_pipeline", "gpipe_order",
+           "one_f_one_b_order", "KINDS"]
 
 KINDS = ("F", "B", "I", "W")
 
@@ -79,6 +80,26 @@ class PipelineTimeline:
         return [{"rank": e.rank, "stage": e.stage, "kind": e.kind, "microbatch": e.microbatch,
                  "start_ns": e.start_ns, "end_ns": e.end_ns, "waited_ns": e.waited_ns,
                  "p2p_exposed_ns": e.p2p_exposed_ns} for e in self.events]
+
+
+def gpipe_order(stages: int, microbatches: int) -> dict[int, list[PipelineAction]]:
+    """GPipe, one stage per rank: every forward, then every backward."""
+    return {r: [PipelineAction(r, "F", m) for m in range(microbatches)]
+            + [PipelineAction(r, "B", m) for m in range(microbatches)] for r in range(stages)}
+
+
+def one_f_one_b_order(stages: int, microbatches: int) -> dict[int, list[PipelineAction]]:
+    """1F1B, one stage per rank, as PyTorch's ``Schedule1F1B`` runs it: ``stages - rank`` forwards
+    (at most all), then a backward and a forward in turn, then the backwards left."""
+    order = {}
+    for r in range(stages):
+        warmup = min(microbatches, stages - r)
+        acts = [PipelineAction(r, "F", m) for m in range(warmup)]
+        for m in range(microbatches - warmup):
+            acts += [PipelineAction(r, "B", m), PipelineAction(r, "F", warmup + m)]
+        acts += [PipelineAction(r, "B", m) for m in range(microbatches - warmup, microbatches)]
+        order[r] = acts
+    return order
 
 
 def _dependencies(action: PipelineAction, stages: int, kinds: set[str]) -> list[tuple[PipelineAction, bool]]:

@@ -2,31 +2,14 @@
 is (p-1)/(m+p-1); transfers between stages show up as exposed point-to-point time."""
 import pytest
 
-from backend.sim.pipeline import PipelineAction, simulate_pipeline
-
-
-def gpipe(p: int, m: int) -> dict:
-    return {r: [PipelineAction(r, "F", i) for i in range(m)] + [PipelineAction(r, "B", i) for i in range(m)]
-            for r in range(p)}
-
-
-def one_f_one_b(p: int, m: int) -> dict:
-    order = {}
-    for r in range(p):
-        warmup = min(p - 1 - r, m)
-        acts = [PipelineAction(r, "F", i) for i in range(warmup)]
-        for i in range(m - warmup):
-            acts += [PipelineAction(r, "F", warmup + i), PipelineAction(r, "B", i)]
-        acts += [PipelineAction(r, "B", i) for i in range(m - warmup, m)]
-        order[r] = acts
-    return order
+from backend.sim.pipeline import PipelineAction, gpipe_order, one_f_one_b_order, simulate_pipeline
 
 
 def equal_stages(p: int, forward_ns=100.0, backward_ns=200.0) -> dict:
     return {(s, k): t for s in range(p) for k, t in (("F", forward_ns), ("B", backward_ns))}
 
 
-@pytest.mark.parametrize("schedule", [gpipe, one_f_one_b])
+@pytest.mark.parametrize("schedule", [gpipe_order, one_f_one_b_order])
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 4), (4, 8), (8, 3)])
 def test_bubble_of_equal_stages_is_the_schedule_formula(schedule, p, m):
     timeline = simulate_pipeline(schedule(p, m), equal_stages(p))
@@ -39,13 +22,26 @@ def test_bubble_of_equal_stages_is_the_schedule_formula(schedule, p, m):
 def test_transfers_between_stages_are_exposed_on_the_critical_path():
     p, m, hop = 4, 4, 50.0
     p2p = {(s, k): hop for s in range(p) for k in ("F", "B")}
-    timeline = simulate_pipeline(gpipe(p, m), equal_stages(p), p2p)
+    timeline = simulate_pipeline(gpipe_order(p, m), equal_stages(p), p2p)
     # GPipe: the first micro-batch goes forward through p-1 hops and back through p-1 more.
     assert timeline.step_ns == pytest.approx((m + p - 1) * 300.0 + 2 * (p - 1) * hop)
     assert timeline.p2p_exposed_ns == pytest.approx(2 * (p - 1) * hop)
     # Later micro-batches' transfers hide behind the compute of the ones before them.
     assert sum(e.p2p_exposed_ns for e in timeline.events) < 2 * (p - 1) * m * hop
     assert timeline.bubble_fraction > (p - 1) / (m + p - 1)
+
+
+def test_one_f_one_b_keeps_at_most_stages_minus_rank_micro_batches_in_flight():
+    order = one_f_one_b_order(4, 6)
+    assert [f"{a.kind}{a.microbatch}" for a in order[3]] == ["F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3",
+                                                            "F4", "B4", "F5", "B5"]
+    assert [f"{a.kind}{a.microbatch}" for a in order[0]][:6] == ["F0", "F1", "F2", "F3", "B0", "F4"]
+    for r, acts in order.items():
+        in_flight = peak = 0
+        for a in acts:
+            in_flight += 1 if a.kind == "F" else -1
+            peak = max(peak, in_flight)
+        assert peak == 4 - r and in_flight == 0
 
 
 def test_a_deadlocking_order_is_an_error():
