@@ -1,8 +1,9 @@
 """What importing the workbench registers with ``torch.distributed``: the ``"neuron"`` backend,
-``"nccl"`` for whenever CUDA emulation is on, and pipeline tracing that lets a stage move to ``neuron``."""
+``"nccl"`` for whenever CUDA emulation is on, and the
+pipeline-parallel changes (a traced stage moves to ``neuron``; schedules warm up on fake worlds)."""
 from __future__ import annotations
 
-from . import backend, nccl, pipeline_tracing
+from . import backend, nccl, pipeline_fake_world, pipeline_tracing
 
 __all__ = ["register"]
 
@@ -12,3 +13,4 @@ def register() -> None:
     backend.register()
     nccl.register()
     pipeline_tracing.install()
+    pipeline_fake_world.install()

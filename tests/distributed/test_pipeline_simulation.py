@@ -8,6 +8,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from torch.distributed.device_mesh import init_device_mesh
 
+import workbench as wb
 from backend.sim.collectives import collective_cost
 from backend.sim.pipeline import simulate_pipeline
 from workbench.distributed import fake_world
@@ -97,3 +98,50 @@ def test_the_figure_has_a_lane_per_stage(pipeline_world):
     fig = step.figure()
     assert {name for trace in fig.data for name in trace.y} == {f"stage {s}" for s in range(STAGES)}
     assert "bubble" in fig.layout.title.text
+
+
+def _one_rank_step(rank, schedule_type, **stage_meta):
+    """One rank's ``schedule.step`` in a fake world, as the rank would run it in a job."""
+    module = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.GELU()).to("neuron")
+    x, y = torch.randn(BATCH, WIDTH, device="neuron"), torch.randn(BATCH, WIDTH, device="neuron")
+    stage = PipelineStage(module, rank, STAGES, torch.device("neuron"), **stage_meta)
+    schedule = schedule_type(stage, n_microbatches=4, loss_fn=F.mse_loss)
+    with wb.profile() as prof:
+        schedule.step(*((x,) if rank == 0 else ()), **({"target": y} if rank == STAGES - 1 else {}))
+    return prof
+
+
+def _shapes(rank):
+    """PipelineStage's metadata for one micro-batch: what lets a stage skip asking its peers."""
+    activation = torch.empty(BATCH // 4, WIDTH, device="meta", requires_grad=True)
+    return {"input_args": activation.detach() if rank == 0 else activation, "output_args": activation}
+
+
+@pytest.mark.parametrize("rank", [0, 1, STAGES - 1])
+@pytest.mark.parametrize("schedule_type", [ScheduleGPipe, Schedule1F1B])
+def test_each_rank_of_a_fake_world_runs_its_schedule_step(neuron, rank, schedule_type):
+    fake_world(STAGES, rank=rank, topology="trn1")
+    try:
+        with torch.neuron.timing_only():
+            timed = _one_rank_step(rank, schedule_type, **_shapes(rank))
+        with_values = _one_rank_step(rank, schedule_type, **_shapes(rank))
+    finally:
+        dist.destroy_process_group()
+    sends = [op for op in timed.trace.ops if op.name == "collective::send_recv"]
+    # Activations forward and their gradients back: one micro-batch's (16 x 256 fp32) each way.
+    neighbours = 1 if rank in (0, STAGES - 1) else 2
+    assert len(sends) == 2 * 4 * neighbours
+    assert {op.input_shapes or op.output_shapes for op in sends} == {f"float32[{BATCH // 4}, {WIDTH}]"}
+    hop_ns = collective_cost("send_recv", BATCH // 4 * WIDTH * 4, STAGES, "trn1").time_ns
+    assert [op.end_ns - op.start_ns for op in sends] == pytest.approx([hop_ns] * len(sends))
+    # Timing-only and real values take the same simulated time.
+    assert timed.summary["total_time"] == pytest.approx(with_values.summary["total_time"])
+
+
+def test_a_stage_without_shapes_says_what_to_pass_in_a_fake_world(neuron):
+    fake_world(STAGES, rank=1)
+    try:
+        with pytest.raises(RuntimeError, match="input_args"):
+            _one_rank_step(1, Schedule1F1B)
+    finally:
+        dist.destroy_process_group()
