@@ -22,6 +22,7 @@ import torch
 from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
+from backend.distributed.placement import rank_topology
 from backend.sim.collectives import collective_cost
 from backend.sim.pipeline import PipelineAction, PipelineTimeline, gpipe_order, one_f_one_b_order, simulate_pipeline
 from backend.sim.topology import get_topology
@@ -138,7 +139,8 @@ def pipeline_step(schedule, stages, *args, target=None, topology=None, stage_str
     ``ScheduleInterleaved1F1B``, ...): its micro-batch count, loss function and per-rank order.
     ``stages``: every stage's module, in stage order (each on the device, as its rank holds it).
     ``args`` / ``target``: the full batch, split into micro-batches along dim 0 as the schedule
-    splits it. ``topology``: what prices the transfers (default: the process group's);
+    splits it. ``topology``: what prices the transfers, one rank per NeuronCore or GPU (default:
+    the process group's);
     ``stage_stride``: ranks between neighbouring stages, which decides whether a transfer crosses
     nodes (default: read from the stage's process group, e.g. a DeviceMesh's "pp" dimension).
     """
@@ -154,7 +156,7 @@ def pipeline_step(schedule, stages, *args, target=None, topology=None, stage_str
     if needed & {(s, k) for s in range(len(stages)) for k in ("I", "W")}:
         raise NotImplementedError("schedules that split the backward (I / W actions) are not simulated yet")
     compute, sent = _measure_stages(stages, first, first_target, schedule._loss_fn)
-    topo = get_topology(topology or _group_topology())
+    topo = rank_topology(topology) if topology is not None else get_topology(_group_topology())
     stage_stride = _stage_stride(schedule) if stage_stride is None else stage_stride
     p2p = {}
     for s, nbytes in sent.items():

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import FakeProcessGroup
 
-from backend.sim.topology import get_topology
+from backend.sim.topology import TOPOLOGIES, Topology, get_topology
 
 from .process_group import NeuronProcessGroup
 
@@ -33,11 +33,12 @@ class NeuronOptions:
 
     fake: simulate this rank of the world without exchanging values (PyTorch's fake process
         group); collectives are still priced.
-    topology: the interconnect preset (``backend.sim.topology``) pricing the collectives.
+    topology: the interconnect preset (``backend.sim.topology``) pricing the collectives, or a
+        topology derived from one (e.g. seen per NeuronCore, ``backend.distributed.placement``).
     """
 
     fake: bool = False
-    topology: str | None = None
+    topology: str | Topology | None = None
 
 
 def create_process_group(common_opts, backend_opts) -> NeuronProcessGroup:
@@ -52,7 +53,9 @@ def build_process_group(common_opts, backend_opts, device_type: str, default_top
     if device_type == BACKEND_NAME and not options.fake:
         bind_local_core()
     rank, size = common_opts.group_rank, common_opts.group_size
-    topology = get_topology(options.topology or os.environ.get(TOPOLOGY_ENV) or default_topology).name
+    topology = get_topology(options.topology or os.environ.get(TOPOLOGY_ENV) or default_topology)
+    if TOPOLOGIES.get(topology.name) is topology:
+        topology = topology.name        # a preset travels by name
     if options.fake:
         exchange = FakeProcessGroup._create_internal(rank, size)
     else:

@@ -84,7 +84,7 @@ def _pairwise(collective, outputs, inputs, opts):
 class NeuronProcessGroup(dist.ProcessGroup):
     """Collectives of one rank: values through ``exchange``, costs through the op stream."""
 
-    def __init__(self, exchange, rank: int, size: int, topology: str, fake: bool = False):
+    def __init__(self, exchange, rank: int, size: int, topology, fake: bool = False):
         super().__init__(rank, size)
         self._exchange = exchange
         self.topology = topology

@@ -11,6 +11,7 @@ from torch.distributed.device_mesh import init_device_mesh
 import workbench as wb
 from backend.sim.collectives import collective_cost
 from backend.sim.pipeline import simulate_pipeline
+from backend.sim.topology import per_core
 from workbench.distributed import fake_world
 from workbench.pipeline import pipeline_step, schedule_order
 
@@ -57,11 +58,12 @@ def test_a_timing_only_pipeline_step_on_a_fake_world(pipeline_world, schedule_ty
     assert step.compute_ns[(1, "F")] == step.compute_ns[(2, "F")] < step.compute_ns[(3, "F")]
     assert step.compute_ns[(1, "B")] == step.compute_ns[(2, "B")]
     # A micro-batch's activation (16 x 256 fp32) crosses to the next trn1 instance over EFA.
-    hop = collective_cost("send_recv", BATCH // 4 * WIDTH * 4, 33, "trn1").time_ns
+    cores = per_core("trn1", 2)                   # 32 NeuronCore ranks to an instance
+    hop = collective_cost("send_recv", BATCH // 4 * WIDTH * 4, 33, cores).time_ns
     assert hop == step.p2p_ns[(1, "F")] == step.p2p_ns[(0, "B")]
-    assert hop > collective_cost("send_recv", BATCH // 4 * WIDTH * 4, 2, "trn1").time_ns
+    assert hop > collective_cost("send_recv", BATCH // 4 * WIDTH * 4, 2, cores).time_ns
     summary = step.summary
-    assert summary["topology"] == "trn1.32xlarge" and summary["ranks"] == STAGES
+    assert summary["topology"] == "trn1.32xlarge/core" and summary["ranks"] == STAGES
     assert summary["step_time"] == pytest.approx(step.timeline.step_ns * 1e-9)
     assert 0 < summary["p2p_exposed_time"] < summary["step_time"]
     lanes = {(e["stage"], e["kind"]) for e in step.to_records()}
@@ -132,7 +134,7 @@ def test_each_rank_of_a_fake_world_runs_its_schedule_step(neuron, rank, schedule
     neighbours = 1 if rank in (0, STAGES - 1) else 2
     assert len(sends) == 2 * 4 * neighbours
     assert {op.input_shapes or op.output_shapes for op in sends} == {f"float32[{BATCH // 4}, {WIDTH}]"}
-    hop_ns = collective_cost("send_recv", BATCH // 4 * WIDTH * 4, STAGES, "trn1").time_ns
+    hop_ns = collective_cost("send_recv", BATCH // 4 * WIDTH * 4, STAGES, per_core("trn1", 2)).time_ns
     assert [op.end_ns - op.start_ns for op in sends] == pytest.approx([hop_ns] * len(sends))
     # Timing-only and real values take the same simulated time.
     assert timed.summary["total_time"] == pytest.approx(with_values.summary["total_time"])
