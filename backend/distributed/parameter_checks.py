@@ -15,6 +15,7 @@ import functools
 import torch.distributed as dist
 
 from .process_group import NeuronProcessGroup
+from .replacement import replace_once
 from .reporting import report_collective
 
 __all__ = ["install"]
@@ -34,12 +35,9 @@ def _verify_on_fake_worlds(verify):
                               process_group.size(), process_group.topology)
             return None
         return verify(process_group, tensors, logger)
-    run.answers_fake_worlds = True
     return run
 
 
 def install() -> None:
     """Once per process: DDP's shape check on a fake world is answered locally."""
-    verify = dist._verify_params_across_processes
-    if not getattr(verify, "answers_fake_worlds", False):
-        dist._verify_params_across_processes = _verify_on_fake_worlds(verify)
+    replace_once(dist, "_verify_params_across_processes", _verify_on_fake_worlds)

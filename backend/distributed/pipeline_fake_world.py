@@ -17,6 +17,8 @@ import torch.distributed as dist
 from torch.distributed.pipelining._utils import InferenceMode
 from torch.distributed.pipelining.schedules import _PipelineSchedule
 
+from .replacement import replace_once
+
 __all__ = ["install"]
 
 
@@ -41,12 +43,9 @@ def _warmup_on_fake_worlds(warmup):
         if stages and _moves_no_values(stages[0].group):
             return _decide_without_peers(stages, has_backward)
         return warmup(self, stages, has_backward, p2p_done)
-    run.decides_on_fake_worlds = True
     return run
 
 
 def install() -> None:
     """Once per process: pipeline schedules warm up without peers on a fake world."""
-    warmup = _PipelineSchedule._warmup_p2p
-    if not getattr(warmup, "decides_on_fake_worlds", False):
-        _PipelineSchedule._warmup_p2p = _warmup_on_fake_worlds(warmup)
+    replace_once(_PipelineSchedule, "_warmup_p2p", _warmup_on_fake_worlds)

@@ -17,6 +17,8 @@ import functools
 from torch._guards import detect_fake_mode
 from torch.distributed.pipelining._IR import Pipe
 
+from .replacement import replace_once
+
 __all__ = ["install", "release_parameter_references"]
 
 
@@ -35,12 +37,9 @@ def _trace_releasing_parameters(trace):
         exported_program = trace(mod, example_args, example_kwargs)
         release_parameter_references(exported_program)
         return exported_program
-    traced.releases_parameters = True
     return traced
 
 
 def install() -> None:
     """Once per process: ``pipeline()``'s export releases the parameters it traced."""
-    trace = Pipe.__dict__["_trace_with_export"].__func__
-    if not getattr(trace, "releases_parameters", False):
-        Pipe._trace_with_export = staticmethod(_trace_releasing_parameters(trace))
+    replace_once(Pipe, "_trace_with_export", _trace_releasing_parameters)
