@@ -14,6 +14,8 @@ Modules form no import cycles inside a package either. Each layer keeps its proc
 in one object with ``reset()`` for tests (``recording.STREAM``, ``device.state.STATE``,
 ``compile.state.STATE``).
 
-Importing ``backend`` registers nothing; ``import workbench`` (or torch's backend autoload)
-registers the ``neuron`` device, and the compile backend loads on its first ``torch.compile``.
+Importing ``backend`` registers nothing; ``import workbench`` registers the ``neuron`` device,
+and the compile backend loads on its first ``torch.compile``. ``autoload``, torch's backend
+autoload entry point (above every layer), registers the ``"neuron"`` process-group backend at
+``import torch``, and the device only when ``$WORKBENCH_DEVICE=neuron`` (docs/stack.md).
 """

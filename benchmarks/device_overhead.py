@@ -3,7 +3,8 @@
 - tiny op (64x64 add) on neuron vs plain CPU eager, and vs a no-op TorchDispatchMode (the floor
   for any Python-dispatched device);
 - a small transformer forward+backward on neuron vs CPU eager;
-- peak host RSS of a model on neuron vs the same model on CPU (no shadow copies).
+- host RSS of a model on neuron vs the same model on CPU (no shadow copies), and the peak of a
+  training step.
 Run: python -m benchmarks.device_overhead
 """
 from __future__ import annotations
@@ -114,6 +115,41 @@ print((proc.memory_info().rss - base) // 1024)
     return out
 
 
+TRAINING_STEP_RSS = """
+import gc, sys, torch, workbench
+device, optimizer = sys.argv[1], sys.argv[2]
+torch.ones(1, device=device) + 1
+def status_mib(key):
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith(key))
+gc.collect()
+with open("/proc/self/clear_refs", "w") as refs:
+    refs.write("5")                  # the peak (VmHWM) restarts from the current RSS
+base = status_mib("VmRSS:")
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(16)]).to(device)
+opt = (torch.optim.AdamW if optimizer == "adamw" else torch.optim.SGD)(model.parameters(), lr=1e-3)
+x = torch.randn(64, 2048, device=device)
+model(x).square().mean().backward()
+opt.step()
+opt.zero_grad()
+print(status_mib("VmHWM:") - base, status_mib("VmRSS:") - base)
+"""
+
+
+def training_step_rss(device: str, optimizer: str = "adamw") -> dict:
+    """Host RSS of building a 16 x 2048^2 MLP (256 MiB) on ``device`` and training it one step,
+    in a fresh interpreter: the peak growth (VmHWM, reset through /proc/self/clear_refs; Linux)
+    and the growth still resident at the end, in MiB."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", TRAINING_STEP_RSS, device, optimizer],
+                         capture_output=True, text=True, check=True)
+    peak, end = map(float, res.stdout.split()[-2:])
+    return {"peak_mib": peak, "end_mib": end}
+
+
 def main() -> None:
     op = tiny_op()
     print("device overhead (wall time, best of 5)")
@@ -132,6 +168,12 @@ def main() -> None:
     print(f"  host RSS growth, 96 MiB model: cpu {rss['cpu_rss_growth_mib']:.0f} MiB | "
           f"neuron {rss['neuron_rss_growth_mib']:.0f} MiB | ratio "
           f"{rss['neuron_rss_growth_mib'] / rss['cpu_rss_growth_mib']:.2f}x (aim <= 1.1x)")
+    for optimizer in ("sgd", "adamw"):
+        cpu, neuron = training_step_rss("cpu", optimizer), training_step_rss("neuron", optimizer)
+        print(f"  host RSS of a 16 x 2048^2 MLP training step ({optimizer}): peak growth cpu "
+              f"{cpu['peak_mib']:.0f} MiB | neuron {neuron['peak_mib']:.0f} MiB | ratio "
+              f"{neuron['peak_mib'] / cpu['peak_mib']:.2f}x (aim <= 1.1x); still resident after it: "
+              f"cpu {cpu['end_mib']:.0f} MiB | neuron {neuron['end_mib']:.0f} MiB")
 
 
 if __name__ == "__main__":

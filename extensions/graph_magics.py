@@ -9,7 +9,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.display import display
 
 from extensions.common import parse, show_text, usage_error
-from workbench.figures import graph_figure
+from workbench.figures import display_figure, graph_figure
 from workbench.graphs import expand_graphs
 from workbench.session import compiled_graphs
 
@@ -51,7 +51,7 @@ class GraphMagics(Magics):
             return graphs if args.output else None
         graph = self._choose(graphs, args.graph)
         for part in expand_graphs([graph]):
-            display(graph_figure(part))
+            display_figure(graph_figure(part))
             show_text(f"FX code of {part.name}:\n{part.fx_text}",
                       f"<details><summary>FX code of {html.escape(part.name)}</summary>"
                       f"<pre>{html.escape(part.fx_text)}</pre></details>")

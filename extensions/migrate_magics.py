@@ -5,8 +5,10 @@ import torch
 from IPython.core import magic_arguments
 from IPython.core.magic import Magics, line_magic, magics_class
 
+from backend.sim import hardware_kinds as kinds
 from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET
 from extensions.common import parse, show_profile, usage_error
+from workbench.arguments import positive_float
 from workbench.devices import available
 from workbench.migration import DEFAULT_DRIFT_THRESHOLD, migration_report_for
 from workbench.migration.cli import parse_batch_sizes
@@ -16,7 +18,7 @@ __all__ = ["MigrateMagics"]
 
 _KNOWN = available()
 # bare names of the role's own device, or device:preset for any simulated device (tpu:v6e)
-_QUALIFIED = [f"{d}:{t}" for d in ("neuron", "cuda", "tpu") for t in _KNOWN[d]]
+_QUALIFIED = [f"{d}:{t}" for d in kinds.devices() for t in _KNOWN[d]]
 
 
 @magics_class
@@ -38,7 +40,7 @@ class MigrateMagics(Magics):
                               help="forward only (default: a training step: forward, backward, Adam)")
     @magic_arguments.argument("--batch-sizes", type=parse_batch_sizes, metavar="B,B,...",
                               help="batch sizes the memory table estimates (default: powers of two)")
-    @magic_arguments.argument("--threshold", type=float, default=DEFAULT_DRIFT_THRESHOLD,
+    @magic_arguments.argument("--threshold", type=positive_float, default=DEFAULT_DRIFT_THRESHOLD,
                               help="flag layers whose mean relative error under hardware numerics exceeds "
                               f"this (default: {DEFAULT_DRIFT_THRESHOLD:g})")
     @magic_arguments.argument("--no-compile", action="store_true",
@@ -62,8 +64,6 @@ class MigrateMagics(Magics):
         by the model itself shows as a normal traceback.
         """
         args = parse(self.neuron_migrate, line)
-        if not args.threshold > 0:
-            raise usage_error(self.neuron_migrate, f"--threshold must be positive, got {args.threshold:g}")
         self._check_names(args.model, args.inputs)
         report = migration_report_for(self.shell.user_ns, args.model, args.inputs, target=args.target,
                                       baseline=args.baseline, training=not args.inference,

@@ -11,6 +11,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from extensions.common import parse, show_profile, split_list, usage_error
 from extensions.device_magics import TARGETS_HELP
 from extensions.namespace import compiled, names_on, names_used, placed
+from workbench.arguments import positive_float
 from workbench.comparison import Comparison, compare, split_device
 from workbench.devices import DEVICES, active_device, available, use_device
 from workbench.session import SIMULATED_DEVICES, profile
@@ -34,7 +35,7 @@ class ProfileMagics(Magics):
     @magic_arguments.argument("--compare", metavar="DEVICES",
                               help=f"run the cell once per device ({','.join(DEVICES)}; device:target pins a "
                               "target, e.g. cpu,cuda:h100,neuron:trn2,tpu:v6e) and show them side by side")
-    @magic_arguments.argument("--tokens", type=float, metavar="N",
+    @magic_arguments.argument("--tokens", type=positive_float, metavar="N",
                               help="tokens (or samples) one run of the cell processes: --compare then prices "
                               "them (USD per 1M, per USD) instead of per step")
     @magic_arguments.argument("--timing-only", action="store_true",

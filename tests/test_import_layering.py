@@ -1,7 +1,7 @@
 """Imports point down, without exceptions: the layering rule of DESIGN.md, checked on the source.
 
-    backend.sim < backend.lowering < backend.recording < {backend.device, backend.compile}
-                < backend.distributed < workbench < extensions
+    backend.sim < backend.lowering < backend.nki < backend.recording < {backend.device, backend.compile}
+                < backend.distributed < backend.autoload < workbench < extensions
 
 A module may import its own layer and the layers below it, never one above, and never a peer
 of its rank: device and compile meet only in ``backend.recording`` (the op stream), below both.
@@ -28,9 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     ("backend.sim",),
     ("backend.lowering",),
+    ("backend.nki",),
     ("backend.recording",),
     ("backend.device", "backend.compile"),
     ("backend.distributed",),
+    ("backend.autoload",),      # torch's autoload entry point: registers from each layer
     ("workbench",),
     ("extensions",),
 ]
@@ -38,6 +40,7 @@ _GUI = ("IPython", "ipywidgets", "anywidget", "plotly")
 THIRD_PARTY_FORBIDDEN = {
     "backend.sim": ("torch",) + _GUI,
     "backend.lowering": ("torch",) + _GUI,
+    "backend.nki": ("torch",) + _GUI,
     "backend.recording": _GUI,
     "backend.device": _GUI,
     "backend.compile": _GUI,

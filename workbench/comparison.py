@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from backend.sim import hardware_kinds as kinds
+from backend.sim.checks import positive
 from backend.sim.tpu import COMPILED_PATH_NOTE as TPU_NOTE
 from workbench.format import fmt_bytes, fmt_time_s, fmt_usd
 from workbench.devices import HOST_DEVICE, available as devices_available
@@ -57,10 +59,13 @@ class Comparison:
         return profiles_figure(chosen, title=f"Eager vs compiled on {device}")
 
     def show(self):
+        """The table and the figures (drawn in Jupyter; named in a terminal)."""
         from IPython.display import display
+
+        from workbench.figures.display import display_figure
         display(self)
-        display(self.figure())
-        display(self.cost_figure())
+        display_figure(self.figure())
+        display_figure(self.cost_figure())
 
     def __repr__(self) -> str:
         runs = ", ".join(f"{r.label}: {r.time_s:.3g} s" for r in self.frame.itertuples())
@@ -77,7 +82,7 @@ class Comparison:
                 for r in self.frame.itertuples()]
         table = html_table(rows, ("", "time", "HBM traffic", "MFU", "ops", "fallbacks", "USD / step",
                                   f"USD / 1M {unit}", f"{unit} / USD"), row_headers=True)
-        notes = sorted({TPU_NOTE for d in self.frame["device"] if d == "tpu"})
+        notes = sorted({TPU_NOTE for d in self.frame["device"] if d in SIMULATED_DEVICES and kinds.for_device(d).compiled_timing})
         return table + "".join(f"<p><small>{html.escape(n)}</small></p>" for n in notes)
 
 
@@ -142,6 +147,8 @@ def compare(fn: Callable, devices: Sequence[str] = ("cpu", "cuda", "neuron"), co
     simulated devices, "inductor" on cpu). ``timing_only``: tensors made while ``fn`` runs hold
     shapes but no values (simulated devices only: the cpu row measures computing them).
     """
+    if tokens_per_step is not None:
+        positive("tokens_per_step", tokens_per_step)        # refused before anything runs
     if timing_only and "cpu" in devices:
         raise ValueError("compare(timing_only=True) needs simulated devices only: the cpu row measures host "
                          "wall time computing values; pass devices=('neuron', 'cuda')")

@@ -11,18 +11,19 @@ hold shapes but no values (``torch.neuron.timing_only()``).
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, replace
 
 import torch
 
-from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET, DEFAULT_TPU_TARGET
+from backend.sim import hardware_kinds as kinds
 
 __all__ = ["DEVICES", "HOST_DEVICE", "DeviceState", "DeviceSelection", "SELECTION", "set_device", "use_device",
            "active_device", "move", "available"]
 
-DEVICES = ("cpu", "neuron", "cuda", "tpu")
+DEVICES = ("cpu", *kinds.devices())
 # Cost models without a PyTorch device of their own run the model on this device.
-HOST_DEVICE = {"tpu": "neuron"}
+HOST_DEVICE = {k.device: k.host_device for k in kinds.KINDS.values() if k.host_device != k.device}
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,11 @@ class DeviceState:
         mode = ", timing-only: shapes, no values" if self.timing_only else ""
         if self.device == "neuron":
             return f"neuron:0 (simulated {self.target} NeuronCore{mode})"
-        if self.device == "tpu":
+        hardware = kinds.for_device(self.device)
+        if hardware.host_device != self.device:
             from backend.sim.tpu import COMPILED_PATH_NOTE
-            return f"neuron:0 timed as a TPU {self.target} ({COMPILED_PATH_NOTE}{mode})"
+            note = f"{COMPILED_PATH_NOTE}{mode}" if hardware.compiled_timing else mode.removeprefix(", ")
+            return f"{hardware.host_device}:0 timed as a {hardware.label} {self.target} ({note})"
         where = "redirected to the neuron device" if self.redirect else f"emulated {self.target} GPU"
         return f"cuda:0 ({where}{mode})"
 
@@ -59,6 +62,7 @@ class DeviceSelection:
 
     def __init__(self) -> None:
         self.current = DeviceState()
+        self.hugging_face_device: str | None = None   # the $ACCELERATE_TORCH_DEVICE set_device wrote
 
     def reset(self) -> None:
         """Forget the selection (tests); torch itself is put back by ``set_device("cpu")``."""
@@ -78,11 +82,9 @@ def active_device() -> DeviceState:
 
 def available() -> dict:
     """Devices and the targets each accepts."""
-    from backend.sim.gpu import PRESETS
-    from backend.sim.presets import TARGETS as NEURON_PRESETS
-    from backend.sim.tpu import PRESETS as TPU_PRESETS
+    from backend.sim.presets import list_presets
 
-    return {"cpu": [], "neuron": sorted(NEURON_PRESETS), "cuda": sorted(PRESETS), "tpu": sorted(TPU_PRESETS)}
+    return {"cpu": [], **{k.device: sorted(list_presets(k.name)) for k in kinds.KINDS.values()}}
 
 
 def set_device(device: str, target: str | None = None, *, redirect: bool = False,
@@ -96,7 +98,7 @@ def set_device(device: str, target: str | None = None, *, redirect: bool = False
     as it was (CUDA emulation, default device, NeuronCore target) before the error propagates.
     """
     from backend.device.neuron_module import get_target
-    from backend.sim.presets import get_target as neuron_preset
+    from backend.sim.presets import get_target as preset
 
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
@@ -107,17 +109,12 @@ def set_device(device: str, target: str | None = None, *, redirect: bool = False
     if timing_only and device == "cpu":
         raise ValueError("timing-only applies to the simulated devices (neuron, cuda); the cpu computes values")
     neuron_config = get_target()
-    if device == "neuron":
-        neuron_config = neuron_preset(target or DEFAULT_NEURON_TARGET)   # validates before anything changes
-        target = neuron_config.name
-    elif device == "cuda":
-        from backend.sim.gpu import get_gpu
-
-        target = get_gpu(target or DEFAULT_GPU_TARGET).name
-    elif device == "tpu":
-        from backend.sim.tpu import get_tpu
-
-        target = get_tpu(target or DEFAULT_TPU_TARGET).name
+    if device != "cpu":
+        hardware = kinds.for_device(device)
+        config = preset(target or hardware.default_target, kind=hardware.name)   # validates before anything changes
+        target = config.name
+        if device == "neuron":
+            neuron_config = config
     return _switch(DeviceState(device, target, redirect, timing_only), neuron_config)
 
 
@@ -148,7 +145,26 @@ def _apply(state: DeviceState, neuron_config) -> None:
         cuda_emulation.enable(state.target, redirect=state.redirect)
     torch.set_default_device(None if state.device == "cpu" else f"{state.runs_on}:0")
     set_timing_only(state.timing_only)
+    _point_hugging_face_at(state)
     SELECTION.current = state
+
+
+def _point_hugging_face_at(state: DeviceState) -> None:
+    """accelerate and transformers count ``neuron`` available only with AWS's torch_neuronx and
+    otherwise train on CPU; both take the device from ``$ACCELERATE_TORCH_DEVICE`` (docs/stack.md).
+    Point it at ``neuron`` while the model runs there, unset it after; a value set by anyone
+    else stays. (Emulated CUDA needs nothing: they find ``torch.cuda`` available.)"""
+    from backend.device.autoload import HF_DEVICE_ENV
+
+    current = os.environ.get(HF_DEVICE_ENV)
+    if current is not None and current != SELECTION.hugging_face_device:
+        return
+    wanted = "neuron" if state.runs_on == "neuron" else None
+    if wanted is None:
+        os.environ.pop(HF_DEVICE_ENV, None)
+    else:
+        os.environ[HF_DEVICE_ENV] = wanted
+    SELECTION.hugging_face_device = wanted
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ collectives are priced but move no values.
 """
 from __future__ import annotations
 
+import datetime
 import os
 import pickle
 import socket
@@ -22,12 +23,31 @@ from backend.distributed.placement import rank_topology
 __all__ = ["launch", "fake_world", "RANK_TRACE"]
 
 RANK_TRACE = "rank{rank}.json"          # the file each rank writes under ``launch(trace_dir=...)``
+LOOPBACK = "127.0.0.1"
 
 
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
+
+
+def _loopback_interface() -> str | None:
+    """The loopback interface's name ("lo" on Linux, "lo0" on macOS), for plain gloo ranks."""
+    return next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
+
+
+def _loopback_store(rank: int, nprocs: int, port: int) -> dist.TCPStore:
+    """The rendezvous store, listening on loopback only: a ``TCPStore`` given only a host name
+    listens on every interface. Rank 0 binds the socket itself and hands it over."""
+    timeout = datetime.timedelta(minutes=5)
+    if rank != 0:
+        return dist.TCPStore(LOOPBACK, port, nprocs, False, timeout=timeout)
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((LOOPBACK, port))
+    listener.listen()
+    return dist.TCPStore(LOOPBACK, port, nprocs, True, timeout=timeout, master_listen_fd=listener.detach())
 
 
 def _traced(fn, rank: int, trace_dir: str):
@@ -46,7 +66,8 @@ def _run_rank(rank, fn, nprocs, args, backend, environment, results, trace_dir=N
     os.environ.update(environment)      # in the rank's process only: the caller's stays as it was
     # What torchrun sets: the "neuron" group binds the rank to neuron:<LOCAL_RANK % device_count>.
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs))
-    dist.init_process_group(backend, rank=rank, world_size=nprocs)
+    store = _loopback_store(rank, nprocs, int(environment["MASTER_PORT"]))
+    dist.init_process_group(backend, store=store, rank=rank, world_size=nprocs)
     try:
         run = fn if trace_dir is None else _traced(fn, rank, trace_dir)
         # Pickled by value here: tensors would otherwise travel as shared-memory handles that die
@@ -63,11 +84,15 @@ def launch(fn, nprocs: int, *args, backend: str = BACKEND_NAME, topology: str | 
     ``backend="gloo"`` runs the same function on plain CPU ranks, for comparison. ``start_method``
     "fork" lets a function defined in a notebook run; "spawn" needs an importable one. Results
     must pickle. ``trace_dir``: each rank profiles ``fn`` and writes its Chrome/Perfetto trace
-    there as ``rank<N>.json`` (with ``distributedInfo``, for Holistic Trace Analysis).
+    there as ``rank<N>.json`` (with ``distributedInfo``, for Holistic Trace Analysis). Every
+    socket of the job (the rendezvous store, gloo's pairs) listens on 127.0.0.1 only.
     """
-    environment = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    environment = {"MASTER_ADDR": LOOPBACK, "MASTER_PORT": str(_free_port())}
     if topology is not None:
         environment[TOPOLOGY_ENV] = topology
+    interface = _loopback_interface()
+    if backend == "gloo" and interface and "GLOO_SOCKET_IFNAME" not in os.environ:
+        environment["GLOO_SOCKET_IFNAME"] = interface      # "neuron" binds its gloo to loopback itself
     results = mp.get_context(start_method).SimpleQueue()
     ranks = mp.start_processes(_run_rank, args=(fn, nprocs, args, backend, environment, results,
                                                    None if trace_dir is None else str(trace_dir)), nprocs=nprocs,
@@ -101,5 +126,6 @@ def fake_world(world_size: int, rank: int = 0, topology: str | None = None, rank
     ``dist.destroy_process_group()``."""
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
+    ranks_see = rank_topology(topology or os.environ.get(TOPOLOGY_ENV), ranks_per_chip)
     dist.init_process_group(BACKEND_NAME, store=FakeStore(), rank=rank, world_size=world_size,
-                            pg_options=NeuronOptions(fake=True, topology=rank_topology(topology or os.environ.get(TOPOLOGY_ENV), ranks_per_chip)))
+                            pg_options=NeuronOptions(fake=True, topology=ranks_see))

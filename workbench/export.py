@@ -1,15 +1,24 @@
 """Chrome/Perfetto trace files: write a Profile, read it back.
 
 Layout of the file (Trace Event Format, JSON object form):
-- pid 1 is the simulated device: one thread (tid) per engine and DMA queue, "X" events that
-  never partially overlap on a track, and counter ("C") tracks for engine utilisation and bytes;
-  its events are "kernel"s the way Kineto writes GPU kernels (``args.stream`` = the engine
-  track, ``args.correlation`` = the op they belong to), so Holistic Trace Analysis reads them;
-- pid 2 holds the ops/kernels as "X" spans, in as many lanes as overlapping ops need, each with
-  the ``correlation`` id of its instructions;
+- pid 1 is the simulated device: one thread (tid) per engine and DMA queue, "X" instruction
+  events that never partially overlap on a track, and counter ("C") tracks for engine
+  utilisation and bytes. They have no ``cat``, so Holistic Trace Analysis (HTA) passes over them;
+- pid 2 holds the ops/kernels as "X" spans at full precision, in as many lanes as overlapping ops
+  need, each with the ``correlation`` id of its kernel (HTA's launch side);
+- pid 0 is the device's kernels as Kineto writes a GPU's, for HTA: one "kernel" per op (views and
+  collective waits are no device work) on stream 1 (compute) or 2 (collectives, named
+  ``ncclKernel_*`` so HTA counts them as communication), named as torch.profiler names them
+  (``backend.device.profiler_timeline.kernel_name``). Their times are on the whole-microsecond
+  grid, each boundary moved by at most 0.5 us: HTA rounds finer times itself (start up, end
+  down), which turns sub-microsecond kernels inside out and trips its temporal breakdown;
+- steps marked with ``Profile.step()`` are ``ProfilerStep#<n>`` spans (cat ``user_annotation``, as
+  Kineto writes torch.profiler's) on pid 2's tid 0, on the same microsecond grid: HTA gives
+  every op and kernel the iteration of the step it ran in;
 - top-level ``deviceProperties``, ``schemaVersion`` and ``distributedInfo`` (rank, world_size,
-  backend) so Perfetto and Holistic Trace Analysis accept it, and a ``workbench`` key with the
-  header, op records, summary and compiled graphs so ``load_trace`` re-creates the Profile.
+  backend; written with a space after each colon, as HTA finds the rank with ``"rank":\s+``)
+  so Perfetto and HTA accept it, and a ``workbench`` key with the header, op records, summary
+  and compiled graphs so ``load_trace`` re-creates the Profile.
 
 Instruction events beyond ``max_events`` are merged (see ``workbench.aggregate``) so files stay
 small; ``full=True`` writes every kept instruction.
@@ -23,11 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
+from backend.device.profiler_timeline import NOT_DEVICE_WORK, kernel_name
+from backend.sim.overlap import is_collective
 from backend.sim.trace import engine_class
 from workbench.aggregate import aggregate_events, busy_per_bin
 from workbench.presenters import presenter
 from workbench.profiles import Profile
 from workbench.records import OP_COLUMNS, check_columns, json_safe, trace_from_parts, trace_header
+from workbench.trace_folder import check_list_of_mappings, check_mapping, check_times, reading
 
 __all__ = ["export_chrome_trace", "chrome_trace_dict", "load_trace", "DEFAULT_MAX_EVENTS", "FORMAT"]
 
@@ -35,7 +47,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_EVENTS = 20_000
 FORMAT = "neuron-workbench-profile"
-DEVICE_PID, OPS_PID = 1, 2
+DEVICE_PID, OPS_PID, KERNELS_PID = 1, 2, 0
+COMPUTE_STREAM, COLLECTIVE_STREAM = 1, 2
+# Correlation ids start here: HTA downcasts the column to the smallest integer type that holds
+# it, then stores row numbers in it, which a run whose ids fit int8 or int16 overflows.
+CORRELATION_BASE = 1 << 30
 _COUNTER_BINS = 400
 
 
@@ -75,13 +91,11 @@ def _instruction_events(profile, agg, tids: dict, names: np.ndarray) -> list:
                 ts, te, rows["opcode"], rows["op_index"], rows["op_last"], rows["count"], rows["busy_ns"],
                 rows["bytes_moved"], rows["flops"]):
             name = code if count == 1 or op != last else str(names[op]) if op < len(names) else code
-            # stream/correlation as Kineto writes kernels: HTA links each to its op's span.
             args = {"opcode": code, "op_index": int(op), "op": str(names[op]) if op < len(names) else "",
-                    "bytes": int(nbytes), "flops": int(flops), "engine_class": cls, "device": 0,
-                    "stream": tids[engine], "correlation": _correlation(op)}
+                    "bytes": int(nbytes), "flops": int(flops), "engine_class": cls}
             if count > 1:
                 args.update(op_last=int(last), instructions=int(count), busy_ns=float(busy))
-            out.append({"ph": "X", "name": name, "cat": "kernel", "pid": DEVICE_PID, "tid": tids[engine],
+            out.append({"ph": "X", "name": name, "pid": DEVICE_PID, "tid": tids[engine],
                         "ts": float(t0), "dur": float(t1 - t0), "args": args})
     if clipped:
         log.warning("clipped %d instruction events that overlapped on their track", clipped)
@@ -89,8 +103,26 @@ def _instruction_events(profile, agg, tids: dict, names: np.ndarray) -> list:
 
 
 def _correlation(op_index) -> int:
-    """Correlation id of an op and its instructions (HTA reads ids <= 0 as "no link")."""
-    return int(op_index) + 1
+    """Correlation id of an op's span and its kernel (HTA reads ids <= 0 as "no link")."""
+    return CORRELATION_BASE + int(op_index)
+
+
+def _kernel_events(ops) -> list:
+    """One kernel per op of device work, on the compute or collectives stream, with its times
+    on the whole-microsecond grid (rounded: each boundary moves at most 0.5 us, and kernels that
+    did not overlap still do not)."""
+    out = []
+    for rec in ops.sort_values("start_ns", kind="stable").to_dict("records"):
+        if rec["kind"] in NOT_DEVICE_WORK:
+            continue
+        stream = COLLECTIVE_STREAM if is_collective(rec["name"]) else COMPUTE_STREAM
+        ts, end = (int(round(float(rec[key]) / 1000.0)) for key in ("start_ns", "end_ns"))
+        out.append({"ph": "X", "name": kernel_name(rec["name"], rec["kind"]), "cat": "kernel", "pid": KERNELS_PID,
+                    "tid": stream, "ts": ts, "dur": end - ts,
+                    "args": {"device": 0, "stream": stream, "correlation": _correlation(rec["op_index"]),
+                             "op_index": int(rec["op_index"]), "op": rec["name"],
+                             "duration_ns": float(rec["end_ns"]) - float(rec["start_ns"])}})
+    return out
 
 
 def _op_events(ops) -> tuple[list, int]:
@@ -158,6 +190,14 @@ def _distributed_info(profile) -> dict:
     return dict(profile.meta.get("distributed") or distributed_info() or SINGLE_PROCESS)
 
 
+def _step_events(profile) -> list:
+    """``ProfilerStep#<n>`` from the end of the step before (or the start) to the end of step n."""
+    ends = [int(round(ns / 1000.0)) for ns in profile.meta.get("step_ends_ns") or ()]
+    return [{"ph": "X", "name": f"ProfilerStep#{n}", "cat": "user_annotation", "pid": OPS_PID, "tid": 0,
+             "ts": start, "dur": end - start, "args": {}}
+            for n, (start, end) in enumerate(zip([0, *ends], ends))]
+
+
 def chrome_trace_dict(profile, *, max_events: int | None = None, full: bool = False) -> dict:
     """The trace file's content as a dict (see the module docstring)."""
     trace = profile.trace
@@ -168,10 +208,16 @@ def chrome_trace_dict(profile, *, max_events: int | None = None, full: bool = Fa
     names = profile.ops["name"].to_numpy(dtype=object) if len(profile.ops) else np.array([], dtype=object)
     op_events, lanes = _op_events(profile.ops) if len(profile.ops) else ([], 0)
     device = f"{trace.device_kind} {trace.target} (simulated)"
+    kernel_events = _kernel_events(profile.ops) if len(profile.ops) else []
+    op_threads = {i + 1: "ops" if i == 0 else f"ops (lane {i + 1})" for i in range(lanes)}
+    if profile.meta.get("step_ends_ns"):
+        op_threads[0] = "steps"
     events = (_metadata(DEVICE_PID, device, {tid: e for e, tid in tids.items()})
-              + _metadata(OPS_PID, "ops and kernels", {i + 1: "ops" if i == 0 else f"ops (lane {i + 1})"
-                                                       for i in range(lanes)})
-              + _instruction_events(profile, agg, tids, names) + op_events + _counter_events(profile))
+              + _metadata(OPS_PID, "ops and kernels", op_threads)
+              + _metadata(KERNELS_PID, f"{device}: kernels per op (whole microseconds, for HTA)",
+                          {COMPUTE_STREAM: "stream 1 (compute)", COLLECTIVE_STREAM: "stream 2 (collectives)"})
+              + _instruction_events(profile, agg, tids, names) + op_events + kernel_events + _step_events(profile)
+              + _counter_events(profile))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",
@@ -194,7 +240,7 @@ def export_chrome_trace(profile, path, *, max_events: int | None = None, full: b
     """Write ``profile`` as a Chrome/Perfetto trace (gzip when ``path`` ends in .gz)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(chrome_trace_dict(profile, max_events=max_events, full=full), separators=(",", ":"))
+    text = _dumps(chrome_trace_dict(profile, max_events=max_events, full=full))
     if path.suffix == ".gz":
         with gzip.open(path, "wt", encoding="utf-8") as fh:
             fh.write(text)
@@ -202,6 +248,14 @@ def export_chrome_trace(profile, path, *, max_events: int | None = None, full: b
         path.write_text(text, encoding="utf-8")
     log.info("wrote %s (%d bytes)", path, path.stat().st_size)
     return path
+
+
+def _dumps(data: dict) -> str:
+    """Compact JSON, except ``distributedInfo``: HTA finds a file's rank with the pattern
+    ``"rank":\s+(\d+)``, so it is written as Kineto writes it, with a space after each colon."""
+    parts = [f"{json.dumps(key)}:{json.dumps(value) if key == 'distributedInfo' else json.dumps(value, separators=(',', ':'))}"
+             for key, value in data.items()]
+    return "{" + ",".join(parts) + "}"
 
 
 def _read_json(path: Path):
@@ -215,6 +269,8 @@ def _read_json(path: Path):
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not valid JSON, so not a readable trace (corrupt or truncated?): {exc}") from exc
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to be a trace (damaged file)") from None
 
 
 @presenter("profile.load")
@@ -233,16 +289,17 @@ def load_trace(path):
     if not isinstance(wb, dict) or wb.get("format") != FORMAT:
         raise ValueError(f"{path}: a Chrome trace, but not one written by the workbench (no 'workbench' "
                          "section with its op records); open it in Perfetto (ui.perfetto.dev) instead")
-    try:
+    with reading(path, "workbench trace"):
+        header = check_mapping(path, "workbench.trace", wb.get("trace"), optional=False)
+        graphs = check_list_of_mappings(path, "workbench.graphs", wb.get("graphs"))
+        meta = dict(check_mapping(path, "workbench.meta", wb.get("meta")))
+        meta["events_level"] = check_mapping(path, "workbench.events", wb.get("events")).get("level", "instruction")
         tid_engine = {ev["tid"]: ev["args"]["name"] for ev in data["traceEvents"]
                       if ev.get("ph") == "M" and ev.get("name") == "thread_name" and ev.get("pid") == DEVICE_PID}
         rows = [(ev["ts"] * 1000.0, (ev["ts"] + ev["dur"]) * 1000.0, tid_engine[ev["tid"]], ev["args"]["opcode"],
                  ev["args"]["op_index"], ev["args"].get("bytes", 0), ev["args"].get("flops", 0))
                 for ev in data["traceEvents"] if ev.get("ph") == "X" and ev.get("pid") == DEVICE_PID]
         check_columns(wb["ops"]["columns"], OP_COLUMNS, f"{path} (workbench.ops)")
-        trace = trace_from_parts(wb["trace"], _records(wb["ops"]), rows)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: workbench trace is damaged ({type(exc).__name__}: {exc})") from exc
-    meta = dict(wb.get("meta") or {})
-    meta["events_level"] = wb.get("events", {}).get("level", "instruction")
-    return Profile([trace], wb.get("graphs") or [], meta=meta)
+        trace = trace_from_parts(header, _records(wb["ops"]), rows)
+        check_times(path, trace)
+        return Profile([trace], graphs, meta=meta)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from backend.sim.checks import non_negative, positive, positive_int
 from backend.sim.pricing import CostEstimate, estimate, more_per_dollar, price
 from workbench.profiles import Profile
 
@@ -27,8 +28,7 @@ def cost(profile, instance: str | None = None, *, tokens_per_step: float = 1.0, 
     """The cost of one step of ``profile`` on ``instance`` (default: the instance holding the
     profile's target), with ``tokens_per_step`` tokens or samples per step."""
     profile = Profile.coerce(profile)
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+    steps = positive_int("steps", steps)
     inst = price(instance or profile.trace.target)
     return estimate(profile.trace.total_time_ns * 1e-9 / steps, tokens_per_step, inst, devices)
 
@@ -40,6 +40,8 @@ def cost_table(profiles, *, tokens_per_step: float = 1.0, steps: int = 1, instan
     ``profiles`` is a dict label -> Profile (or a list); ``instances`` optionally maps a label to
     the instance to price it on.
     """
+    positive("tokens_per_step", tokens_per_step)
+    positive_int("steps", steps)             # checked before any row is priced
     items = profiles.items() if isinstance(profiles, dict) else ((None, p) for p in profiles)
     rows = []
     for label, prof in items:
@@ -57,15 +59,18 @@ def cost_columns(step_time_s: float, target: str | None, items_per_step: float |
                  unit: str = "tokens") -> dict:
     """The :data:`COST_COLUMNS` of one comparison row: a step of ``step_time_s`` on one device of
     the instance holding ``target``; ``items_per_step`` tokens (or samples: ``unit``) per step, or
-    None to count steps (then "per 1M" is per million steps)."""
-    items, unit = (float(items_per_step), unit) if items_per_step else (1.0, "steps")
+    None to count steps (then "per 1M" is per million steps). A step of no time (an empty cell)
+    has NaN costs."""
+    step_time_s = non_negative("step_time_s", step_time_s)
+    items, unit = (positive("items_per_step", items_per_step), unit) if items_per_step is not None else (1.0, "steps")
     nan = float("nan")
     try:
-        est = estimate(step_time_s, items, price(target)) if target else None
+        inst = price(target) if target else None
     except ValueError:          # no instance holds this target (a derived preset, cpu)
-        est = None
-    if est is None or step_time_s <= 0:
+        inst = None
+    if inst is None or step_time_s == 0:
         return {"usd_per_step": nan, "usd_per_1m_items": nan, "items_per_usd": nan, "items_unit": unit,
-                "instance": est.instance if est else ""}
+                "instance": inst.name if inst else ""}
+    est = estimate(step_time_s, items, inst)
     return {"usd_per_step": est.usd_per_step, "usd_per_1m_items": est.usd_per_million_items,
             "items_per_usd": est.items_per_usd, "items_unit": unit, "instance": est.instance}

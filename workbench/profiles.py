@@ -49,6 +49,7 @@ class Profile:
         self.workload_target = None          # the config (NeuronCore, GPU, TPU) the workload ran on
         self.replay = None                   # config -> simulated ns of the workload there
         self.band = None
+        self._step_clock = None              # the simulated clock, while profile() records into it
         self._attach(traces, graphs)
 
     def _set_recording(self, recording: bool) -> None:
@@ -100,6 +101,16 @@ class Profile:
                 out["band_dominant"] = widest[0].knob.name
         return out
 
+    def step(self) -> None:
+        """Mark the end of a training step, as torch.profiler's ``prof.step()`` does, inside the
+        ``with wb.profile() as prof:`` block. The step ends when the simulated device has run what
+        was issued so far; the Chrome trace export writes each step as a ``ProfilerStep#<n>`` span
+        (n from 0), which Holistic Trace Analysis's per-iteration analyses read."""
+        if self._step_clock is None:
+            raise RuntimeError("Profile.step() marks steps while the profile records: call it inside its "
+                               "'with wb.profile() as prof:' block")
+        self.meta.setdefault("step_ends_ns", []).append(float(self._step_clock()))
+
     def time_band(self):
         """The simulated time with its error band (``backend.sim.sensitivity.TimeBand``): the run
         replayed with every modelling assumption of its target (NeuronCore, GPU or TPU) at its
@@ -115,10 +126,29 @@ class Profile:
 
     @cached_property
     def ops(self) -> pd.DataFrame:
+        """One row per op or kernel in run order, leading with what a reader looks for first:
+        ``name``, ``kind``, ``time_ns`` and ``share`` (of the ops' summed time), then the rest."""
         records = self.trace.to_records()
         if not records:     # keep the columns so filters and figures work on an empty run
-            return pd.DataFrame(columns=list(OpSummary(0, "", "op").to_record()))
-        return pd.DataFrame.from_records(records)
+            frame = pd.DataFrame(columns=list(OpSummary(0, "", "op").to_record()))
+        else:
+            frame = pd.DataFrame.from_records(records)
+        total = frame["time_ns"].sum() if len(frame) else 0.0
+        frame["share"] = frame["time_ns"] / total if total else 0.0
+        lead = ["name", "kind", "time_ns", "share"]
+        return frame[lead + [c for c in frame.columns if c not in lead]]
+
+    def top(self, n: int = 10, by: str = "name") -> pd.DataFrame:
+        """The ``n`` op names (or any ``ops`` column given as ``by``) that took the most simulated
+        time: ``count``, ``time_ns``, ``share`` of the ops' time, HBM bytes and FLOPs."""
+        if by not in self.ops.columns:
+            raise ValueError(f"top(by={by!r}): not a column of ops; choose one of {', '.join(self.ops.columns)}")
+        if n < 1:
+            raise ValueError(f"top(n={n}): n must be a positive number of rows")
+        grouped = self.ops.groupby(by, sort=False).agg(count=("time_ns", "size"), time_ns=("time_ns", "sum"),
+                                                     share=("share", "sum"), hbm_bytes=("hbm_bytes", "sum"),
+                                                     flops=("flops", "sum"))
+        return grouped.sort_values("time_ns", ascending=False).head(n)
 
     @cached_property
     def instructions(self) -> pd.DataFrame:

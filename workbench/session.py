@@ -11,13 +11,14 @@ device's op stream with ``backend.recording.recording``; compiled graphs that ra
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 
 from backend.compile import compiled_graphs, register as register_compile_backend
-from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET, DEFAULT_TPU_TARGET
+from backend.sim import hardware_kinds as kinds
 from backend.sim.tpu.timeline import COMPILED_PATH_NOTE
 from workbench.profiles import Profile
 
@@ -26,30 +27,20 @@ __all__ = ["profile", "ProfileSession", "SIMULATED_DEVICES", "DEFAULT_TARGETS", 
 
 log = logging.getLogger(__name__)
 
-SIMULATED_DEVICES = ("neuron", "cuda", "tpu")
-DEFAULT_TARGETS = {"neuron": DEFAULT_NEURON_TARGET, "cuda": DEFAULT_GPU_TARGET, "tpu": DEFAULT_TPU_TARGET}
-# Cost models without a PyTorch device of their own: the model runs on the device named here
-# (a TPU's on ``neuron``) and profile() times the recorded ops with that cost model.
-RUNS_ON = {"tpu": "neuron"}
+SIMULATED_DEVICES = kinds.devices()
+DEFAULT_TARGETS = {device: kinds.default_target(device) for device in SIMULATED_DEVICES}
 
 
 def make_sink(device: str, target: str | None = None):
     """The simulator session that costs ops for ``device`` ("neuron", "cuda" or "tpu"); it keeps
     what it is fed, so its run can be replayed on other configs (``replay_ns``, error bands)."""
-    target = target or DEFAULT_TARGETS.get(device)
-    if device == "neuron":
-        from backend.lowering import EagerSession
-        return EagerSession(target=target, keep_workload=True)
-    if device == "cuda":
-        from backend.sim.gpu import GpuSession
-        return GpuSession(preset=target, keep_workload=True)
-    if device == "tpu":
-        from backend.sim.tpu import TpuSession
-        return TpuSession(preset=target, keep_workload=True)
-    raise ValueError(f"no simulator for device {device!r}: profile() supports {SIMULATED_DEVICES}; "
-                     "use compare() for measured CPU wall time")
-
-
+    if device not in SIMULATED_DEVICES:
+        raise ValueError(f"no simulator for device {device!r}: profile() supports {SIMULATED_DEVICES}; "
+                         "use compare() for measured CPU wall time")
+    hardware = kinds.for_device(device)
+    module, cls, target_keyword = hardware.session
+    session = getattr(importlib.import_module(module), cls)
+    return session(**{target_keyword: target or hardware.default_target}, keep_workload=True)
 
 
 def ensure_compile_backend(name: str | None) -> None:
@@ -173,7 +164,7 @@ class ProfileSession:
         self.on_op = on_op
         self.timing_only = timing_only
         self.meta = {"device": device, "target": getattr(self.target, "name", self.target), "device_kind": device,
-                     "timing_only": timing_only, **({"timing": COMPILED_PATH_NOTE} if device == "tpu" else {}),
+                     "timing_only": timing_only, **({"timing": COMPILED_PATH_NOTE} if kinds.for_device(device).compiled_timing else {}),
                      **(meta or {})}
         self.profile: Profile | None = None     # the run in progress or the last one
         self._stack: contextlib.ExitStack | None = None
@@ -211,9 +202,11 @@ class ProfileSession:
         if (rank_info := distributed_info()) is not None:
             self.profile.meta["distributed"] = rank_info       # the group may be gone by export time
         self._stack.enter_context(recording(self.sink, with_source=self.source))
-        self.sampler = _Sampler(self.sink, RUNS_ON.get(self.device, self.device), self.on_op)
+        self.sampler = _Sampler(self.sink, kinds.for_device(self.device).host_device, self.on_op)
         self._stack.enter_context(recording(self.sampler, with_source=self.source))   # shares the simulator's record
         self._started = time.perf_counter()
+        from backend.device.events import simulated_clock_ns
+        self.profile._step_clock = lambda: simulated_clock_ns(self.sink)   # for Profile.step()
         return self.profile
 
     def _graphs(self) -> list:
@@ -225,6 +218,7 @@ class ProfileSession:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         wall = time.perf_counter() - self._started
+        self.profile._step_clock = None
         stack, self._stack = self._stack, None
         stack.close()
         self.profile.meta["wall_time_s"] = wall

@@ -8,23 +8,32 @@ process rank 0 of a fake world of ``chips`` ranks (``workbench.distributed.fake_
 topology named after the target), profiles one step on the target's simulated device and
 returns one row: the point's values, the simulated step time, its compute / communication /
 exposed-communication breakdown and the rank's peak HBM. Ray runs locally on ``num_cpus``
-workers by default, on a cluster when ``address`` is given; ``ray`` comes with the ``sweep``
-extra (``pip install neuron-workbench[sweep]``).
+workers by default (bound to loopback), on a cluster when ``address`` is given
+(``workbench.ray_cluster``); ``ray`` comes with the ``sweep`` extra (``pip install
+neuron-workbench[sweep]``).
 
 ``fn_or_model`` is either ``fn(**point)`` (it builds and runs the step itself: any keys of the
 grid reach it) or an ``nn.Module`` trained on ``inputs(batch)`` (``batch`` per rank), wrapped in
 ``DistributedDataParallel`` when ``parallelism`` is ``"ddp"`` (``"none"`` leaves it alone); a
-model's profile is its second step, as DDP builds its buckets in the first.
+model's profile is its second step, as DDP builds its buckets in the first. A TPU target
+("v6e") runs on ``neuron`` timed by the TPU model, its collectives on a slice of ``chips`` chips.
+The grid is checked before anything runs: a model takes only the keys of :data:`POINT_DEFAULTS`
+(and ``topology``), a function only keys it has parameters for; ``chips`` and ``batch`` are
+whole numbers >= 1; every target is a known preset.
 """
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
 import torch.distributed as dist
 from torch import nn
+
+from backend.sim.checks import positive, positive_int
+from workbench.ray_cluster import ray_module, ray_session
 
 __all__ = ["sweep", "grid_points", "run_point", "POINT_DEFAULTS", "RESULT_COLUMNS", "SWEEP_COLUMNS"]
 
@@ -42,6 +51,9 @@ _PARALLELISMS = ("ddp", "none")
 
 def grid_points(grid: Mapping[str, Sequence]) -> list[dict]:
     """Every combination of the grid's values, in the grid's key order (the last key varies fastest)."""
+    if not grid:
+        raise ValueError(f"sweep(): the grid is empty; name at least one key, e.g. {{'chips': [1, 8]}} "
+                         f"(a point's other keys default to {POINT_DEFAULTS})")
     for key, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise ValueError(f"sweep(): grid[{key!r}] must be a non-empty list of values, got {values!r}")
@@ -50,17 +62,63 @@ def grid_points(grid: Mapping[str, Sequence]) -> list[dict]:
 
 
 def _device_of(target: str) -> str:
+    """The simulated device timing ``target``: "neuron", "cuda" or "tpu"."""
+    from backend.sim import hardware_kinds as kinds
     from backend.sim.presets import get_target
-    return {"gpu": "cuda"}.get(get_target(target).kind, "neuron")
+    return kinds.kind(get_target(target).kind).device
+
+
+def _topology_of(point: dict):
+    """The interconnect a point's collectives are priced on: its ``topology``, else the target's
+    (a TPU's: a slice of ``chips`` chips on its ICI)."""
+    if "topology" in point:
+        return point["topology"]
+    if _device_of(point["target"]) == "tpu":
+        from backend.sim.tpu import get_tpu
+        from backend.sim.tpu.collectives import slice_topology
+        return slice_topology(get_tpu(point["target"]), point["chips"])
+    return point["target"]
+
+
+_MODEL_KEYS = (*POINT_DEFAULTS, "topology")
+
+
+def check_points(fn_or_model, points: list[dict]) -> list[dict]:
+    """The points with defaults filled in, or a ValueError naming what is wrong, before any runs."""
+    from backend.sim.presets import get_target
+
+    is_model = isinstance(fn_or_model, nn.Module)
+    checked = []
+    for point in points:
+        full = {**POINT_DEFAULTS, **point}
+        if is_model:
+            unknown = sorted(set(point) - set(_MODEL_KEYS))
+            if unknown:
+                raise ValueError(f"sweep(): unknown grid key(s) {', '.join(map(repr, unknown))} for a model; "
+                                 f"known: {', '.join(_MODEL_KEYS)}")
+            full["batch"] = positive_int("batch in the sweep grid", full["batch"])
+            if full["parallelism"] not in _PARALLELISMS:
+                raise ValueError(f"sweep(): a model runs with parallelism in {_PARALLELISMS}, got "
+                                 f"{full['parallelism']!r}; pass a function to sweep other plans")
+        else:
+            try:
+                inspect.signature(fn_or_model).bind(**full)
+            except TypeError as exc:
+                raise ValueError(f"sweep(): fn(**point) cannot take the point {full} ({exc}); a function gets "
+                                 f"every grid key and the defaults {POINT_DEFAULTS}") from None
+        full["chips"] = positive_int("chips in the sweep grid", full["chips"])
+        get_target(full["target"])            # an unknown target lists the known ones
+        checked.append(full)
+    return checked
 
 
 def _training_step(model: nn.Module, inputs: Callable, point: dict, ddp_options: dict | None) -> Callable:
     """The point's replica of ``model`` and a function running one training step of it, after one
     warm-up step (DDP builds its gradient buckets in the first): the profile sees a steady step."""
-    if point["parallelism"] not in _PARALLELISMS:
-        raise ValueError(f"sweep(): a model runs with parallelism in {_PARALLELISMS}, got "
-                         f"{point['parallelism']!r}; pass a function to sweep other plans")
+    from workbench.devices import HOST_DEVICE
+
     device = _device_of(point["target"])
+    device = HOST_DEVICE.get(device, device)           # a TPU's model runs on neuron
     replica = copy.deepcopy(model).to(device)
     if point["parallelism"] == "ddp":
         from torch.nn.parallel import DistributedDataParallel
@@ -78,11 +136,11 @@ def run_point(fn_or_model, point: dict, inputs: Callable | None = None, ddp_opti
     import workbench as wb
     from workbench.distributed import fake_world
 
-    point = {**POINT_DEFAULTS, **point}
-    device = _device_of(point["target"])
     if isinstance(fn_or_model, nn.Module) and inputs is None:
         raise ValueError("sweep(): a model needs inputs=, a function batch -> input tensor")
-    fake_world(int(point["chips"]), topology=point.get("topology", point["target"]))
+    point, = check_points(fn_or_model, [point])
+    device = _device_of(point["target"])
+    fake_world(point["chips"], topology=_topology_of(point))
     try:
         with wb.use_device(device, target=point["target"]):
             if isinstance(fn_or_model, nn.Module):
@@ -100,31 +158,30 @@ def run_point(fn_or_model, point: dict, inputs: Callable | None = None, ddp_opti
     return row
 
 
-def _ray():
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("wb.sweep() runs on Ray, which is not installed: pip install "
-                          "'neuron-workbench[sweep]' (the sweep extra)") from exc
-    return ray
-
-
 def sweep(fn_or_model, grid: Mapping[str, Sequence], *, inputs: Callable | None = None,
           ddp_options: dict | None = None, address: str | None = None, num_cpus: int = 2,
-          parallel: bool = True, progress: bool = True):
+          parallel: bool = True, progress: bool = True, connect_timeout_s: float = 10.0):
     """Run every point of ``grid`` (target x chips x parallelism x batch, or any keys ``fn``
     takes) as a Ray task and return a DataFrame, one row per point in grid order.
 
     ``ddp_options``: keyword arguments of ``DistributedDataParallel`` for a model (``bucket_cap_mb``).
-    ``address``: a Ray cluster (``"ray://head:10001"`` or ``"auto"``); by default a local Ray
-    with ``num_cpus`` workers is started (and shut down afterwards). An already initialised Ray
-    is used as it is. ``parallel=False`` runs the points one after another in this process
-    instead (no Ray: a small grid finishes before a local Ray would have started). ``progress``
-    shows a tqdm bar as points finish.
+    ``address``: a Ray cluster: ``"head:6379"`` (the GCS), ``"auto"``, or ``"ray://head:10001"``
+    (Ray Client, which needs ``ray[client]``: the ``sweep`` extra installs it); an address that
+    accepts no connection within ``connect_timeout_s`` raises ``ConnectionError``. A cluster
+    started with token authentication (``RAY_AUTH_MODE=token``, the default from Ray 2.5x) needs
+    ``RAY_AUTH_MODE=token`` and its token (``RAY_AUTH_TOKEN``) in this process's environment too.
+    By default a local Ray with ``num_cpus`` workers is started, listening on 127.0.0.1 only
+    (and shut down afterwards). An already initialised Ray is used as it is. ``parallel=False``
+    runs the points one after another in this process instead (no Ray: a small grid finishes
+    before a local Ray would have started). ``progress`` shows a tqdm bar as points finish.
     """
     import pandas as pd
 
+    if isinstance(fn_or_model, nn.Module) and inputs is None:
+        raise ValueError("sweep(): a model needs inputs=, a function batch -> input tensor")
     points = grid_points(grid)
+    check_points(fn_or_model, points)            # before a Ray starts or a point runs
+    num_cpus, connect_timeout_s = positive_int("num_cpus", num_cpus), positive("connect_timeout_s", connect_timeout_s)
     if not parallel:
         bar = _progress_bar(len(points), progress)
         rows = []
@@ -133,14 +190,8 @@ def sweep(fn_or_model, grid: Mapping[str, Sequence], *, inputs: Callable | None 
             bar.update(1)
         bar.close()
         return pd.DataFrame.from_records(rows)
-    ray = _ray()
-    started_here = not ray.is_initialized()
-    if started_here:
-        if address is None:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
-    try:
+    ray_module()            # a missing Ray names the extra before anything else
+    with ray_session(address, num_cpus, connect_timeout_s) as ray:
         task = ray.remote(run_point)
         model_ref = ray.put(fn_or_model)
         pending = {task.remote(model_ref, point, inputs, ddp_options): i for i, point in enumerate(points)}
@@ -153,9 +204,6 @@ def sweep(fn_or_model, grid: Mapping[str, Sequence], *, inputs: Callable | None 
                 rows[pending[ref]] = ray.get(ref)
                 bar.update(1)
         bar.close()
-    finally:
-        if started_here:
-            ray.shutdown()
     return pd.DataFrame.from_records(rows)
 
 

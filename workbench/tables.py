@@ -14,12 +14,13 @@ import pandas as pd
 from workbench.presenters import presenter
 from workbench.profiles import EVENT_COLUMNS, Profile
 from workbench.records import OP_COLUMNS, check_columns, json_safe, trace_from_parts, trace_header
+from workbench.trace_folder import (TABLE_FORMATS, check_format, check_list_of_mappings, check_mapping, check_times,
+                                    reading)
 
 __all__ = ["write_tables", "load_tables", "TABLE_FORMATS"]
 
 log = logging.getLogger(__name__)
 
-TABLE_FORMATS = ("csv", "parquet")
 _META_FILE = "profile.json"
 _EVENT_ROW_COLUMNS = [c for c in EVENT_COLUMNS if c != "duration_ns"]   # duration is derived
 
@@ -55,18 +56,21 @@ def _read(directory: Path, name: str, fmt: str, required=()) -> pd.DataFrame:
 
 
 def load_tables(directory):
-    """A Profile from a folder written by ``write_tables``."""
+    """A Profile from a folder written by ``write_tables``; a damaged folder raises
+    ``DamagedProfileError`` (a ValueError)."""
     directory = Path(directory)
     meta_path = directory / _META_FILE
     if not meta_path.exists():
         raise ValueError(f"{directory}: no {_META_FILE}; not a folder written by Profile.to_csv/to_parquet")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        fmt = meta.get("format", "csv")
+    with reading(directory, "workbench table folder"):
+        meta = check_mapping(meta_path, _META_FILE, json.loads(meta_path.read_text(encoding="utf-8")), optional=False)
+        fmt = check_format(meta_path, meta.get("format", "csv"))
+        header = check_mapping(meta_path, "trace", meta.get("trace"), optional=False)
+        graphs = check_list_of_mappings(meta_path, "graphs", meta.get("graphs"))
+        run_meta = check_mapping(meta_path, "meta", meta.get("meta"))
         ops = _read(directory, "ops", fmt, OP_COLUMNS)
         events = _read(directory, "instructions", fmt, _EVENT_ROW_COLUMNS)
         rows = events.loc[:, _EVENT_ROW_COLUMNS].itertuples(index=False, name=None)
-        trace = trace_from_parts(meta["trace"], ops.to_dict("records"), rows)
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{directory}: damaged workbench table folder ({type(exc).__name__}: {exc})") from exc
-    return Profile([trace], meta.get("graphs") or [], meta=meta.get("meta") or {})
+        trace = trace_from_parts(header, ops.to_dict("records"), rows)
+        check_times(directory, trace)
+        return Profile([trace], graphs, meta=run_meta)

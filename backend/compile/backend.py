@@ -22,6 +22,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from backend import recording
 
+from .device_values import adopt_device_values
 from .entry_point import BACKEND_NAME
 from .fusion import fuse
 from .graph_log import CompiledGraphInfo, CompiledPartInfo, new_graph
@@ -148,6 +149,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
         log.info("neuron: recompiling %s: %s", frame, "; ".join(graph.recompile_reasons))
     compiler = functools.partial
     with recording.suspended():
+        adopt_device_values(gm)
         return aot_autograd(
             fw_compiler=compiler(_compile_part, graph, "forward", resolved),
             bw_compiler=compiler(_compile_part, graph, "backward", resolved),

@@ -5,6 +5,11 @@ and a NeuronCore session that grows one) takes a kernel directly. A NeuronCore s
 only ``feed(record)`` gets the kernel through an adapter that lowers the fused group with
 ``backend.lowering`` and appends the program's rollup to the session's trace.
 
+``feed_graph`` feeds one call of a graph. The Neuron runtime loads a compiled graph as one NEFF
+and runs a call of it with one launch, so on the NeuronCore only the first kernel fed per call
+pays the launch overhead; a GPU sink launches every kernel (Inductor's kernels are separate
+CUDA launches) and keeps its own rule.
+
 What the compiler does once per graph rather than per call is paid at the graph's first call
 (on every sink recording it, once per sink): parameter relayouts (``ParamLayout``, fed as a
 copy kernel before the first kernel that reads it) and hoisted kernels. The runtime reports
@@ -21,18 +26,18 @@ from backend.lowering import EagerSession, lower_kernel
 
 from .kernels import Handoff, KernelSpec
 
-__all__ = ["feed_kernel", "register_kernel_adapter", "KernelAdapter", "kept_in_sbuf", "first_call_done",
+__all__ = ["feed_kernel", "feed_graph", "register_kernel_adapter", "KernelAdapter", "kept_in_sbuf", "first_call_done",
            "skip_first_call", "prefetchable_bytes"]
 
 
-KernelAdapter = Callable[[object, KernelSpec], None]
+KernelAdapter = Callable[[object, KernelSpec, bool], None]    # (sink, kernel, launch)
 _ADAPTERS: dict[type, KernelAdapter] = {}
 # sink -> {id: object} of the ParamLayouts and hoisted kernels it has already paid for
 _PAID: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def register_kernel_adapter(sink_type: type) -> Callable[[KernelAdapter], KernelAdapter]:
-    """Register ``fn(sink, kernel)`` for sinks of ``sink_type`` that lack ``feed_kernel``."""
+    """Register ``fn(sink, kernel, launch)`` for sinks of ``sink_type`` that lack ``feed_kernel``."""
 
     def register(fn: KernelAdapter) -> KernelAdapter:
         if sink_type in _ADAPTERS:
@@ -77,11 +82,22 @@ def _pay_once(sink, once) -> bool:
     return True
 
 
-def feed_kernel(sink, kernel: KernelSpec) -> None:
+def feed_graph(sink, kernels) -> None:
+    """Cost one call of a compiled graph on ``sink``: its kernels in order, the first one fed
+    launching the graph (hoisted kernels already run are not fed, so cannot launch it)."""
+    launch = True
+    for kernel in kernels:
+        if feed_kernel(sink, kernel, launch=launch):
+            launch = False
+
+
+def feed_kernel(sink, kernel: KernelSpec, *, launch: bool = True) -> bool:
     """Cost one compiled kernel on ``sink`` (its source line comes free from the FX graph, so
-    it is attached whether or not the sink asked eager mode for sources)."""
+    it is attached whether or not the sink asked eager mode for sources). ``launch``: it starts
+    its graph's launch (see the module docstring). False when there was nothing to feed (a
+    hoisted kernel already run)."""
     if kernel.hoisted and not _pay_once(sink, kernel):
-        return
+        return False
     direct = getattr(sink, "feed_kernel", None)
     adapter = None if direct is not None else _adapter_for(sink)
     if direct is None and adapter is None:
@@ -92,12 +108,13 @@ def feed_kernel(sink, kernel: KernelSpec) -> None:
         if _pay_once(sink, layout):
             once = KernelSpec(name=f"layout_{layout.parameter}", kind="layout", nodes=(layout.parameter,),
                               records=[layout.record], internal_bytes_saved=0, source=layout.record.source)
-            direct(once.name, once.records, nodes=once.nodes, source=once.source) if direct else adapter(sink, once)
+            direct(once.name, once.records, nodes=once.nodes, source=once.source) if direct else adapter(sink, once, True)
     if direct is not None:
         direct(kernel.name, kernel.records, internal_bytes_saved=kernel.internal_bytes_saved,
                nodes=kernel.nodes, source=kernel.source)
     else:
-        adapter(sink, kernel)
+        adapter(sink, kernel, launch)
+    return True
 
 
 def kept_in_sbuf(handoff: Handoff | None, target) -> tuple:
@@ -150,11 +167,14 @@ def _lower(kernel: KernelSpec, target, kept_in: tuple, kept_out: tuple):
 
 
 @register_kernel_adapter(EagerSession)
-def _neuron_session_kernel(session: EagerSession, kernel: KernelSpec) -> None:
+def _neuron_session_kernel(session: EagerSession, kernel: KernelSpec, launch: bool) -> None:
     """One fused program on the NeuronCore timeline (intermediates in SBUF where they fit, and
-    values handed to or from the neighbouring kernels kept there where they fit too)."""
+    values handed to or from the neighbouring kernels kept there where they fit too); only the
+    kernel that launches its graph's NEFF pays the launch overhead."""
     target = session.target
     program = _lower(kernel, target, kept_in_sbuf(kernel.handoff_in, target), kept_in_sbuf(kernel.handoff_out, target))
+    if not launch:
+        program.info.launch_overhead_ns = 0.0
     program.info.source = kernel.source
     program.info.prefetch_bytes = prefetchable_bytes(kernel)
     session.feed_program(program)

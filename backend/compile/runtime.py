@@ -16,7 +16,8 @@ from torch import fx
 from backend import recording
 from backend.recording import SIMULATED_DEVICE_TYPES
 
-from .feed import feed_kernel, first_call_done
+from .device_values import device_outputs, rewrap_device_outputs
+from .feed import feed_graph, first_call_done
 from .kernels import ValueCapture, build_kernels, has_symbolic_shapes
 from .graph_log import CompiledPartInfo
 
@@ -87,10 +88,17 @@ class CompiledPart:
         self.symbolic = has_symbolic_shapes(self.gm.graph)
         self._static = None if self.symbolic else build_kernels(self.gm, info.groups, sources=info.sources)
         self._by_shape: dict = {}
+        # A forward graph's outputs include the values saved for backward, which must stay
+        # host tensors; its user outputs are device tensors already (adopt_device_values).
+        self._device_outputs = device_outputs(self.gm) if info.part != "forward" else {}
         if self._static is not None:
             info.kernels = self._static
 
     def __call__(self, args: list):
+        out = self._run(args)
+        return rewrap_device_outputs(out, self._device_outputs) if self._device_outputs else out
+
+    def _run(self, args: list):
         sinks = recording.active_sinks()
         if not sinks:
             out = self.gm(*args)
@@ -114,7 +122,6 @@ class CompiledPart:
         args.clear()
         with recording.suspended():   # a sink must not see its own bookkeeping as device ops
             for sink, _with_source in sinks:
-                for kernel in kernels:
-                    feed_kernel(sink, kernel)
+                feed_graph(sink, kernels)
         first_call_done(kernels)
         return out

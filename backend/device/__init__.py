@@ -18,8 +18,8 @@ tells that layer the selected target and the hardware-numerics tags.
 from backend.sim.presets import DEFAULT_NEURON_TARGET
 
 # Imported for what they register: dispatch installs DeviceTensor.__torch_dispatch__, op_stream
-# registers with backend.recording.
-from . import dispatch, op_stream  # noqa: F401
+# registers with backend.recording, set_data makes ``tensor.data = device_tensor`` work.
+from . import dispatch, op_stream, set_data  # noqa: F401
 from .registration import is_registered, register
 from .tensor import DeviceTensor
 

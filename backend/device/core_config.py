@@ -10,21 +10,27 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["LNC_ENV", "VISIBLE_CORES_ENV", "lnc_from_environment", "visible_cores"]
+__all__ = ["LNC_ENV", "LNC_VALUES", "VISIBLE_CORES_ENV", "lnc_from_environment", "visible_cores"]
 
 LNC_ENV = "NEURON_LOGICAL_NC_CONFIG"
+LNC_VALUES = (1, 2)        # what the Neuron runtime accepts (the generation may allow fewer)
 VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
 
 
 def lnc_from_environment() -> int | None:
-    """``$NEURON_LOGICAL_NC_CONFIG`` as an int (None when unset or empty)."""
+    """``$NEURON_LOGICAL_NC_CONFIG`` as an int (None when unset or empty); any value but 1 or 2
+    (``0`` included: it is not "unset") is a ValueError."""
     text = os.environ.get(LNC_ENV, "").strip()
     if not text:
         return None
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise ValueError(f"{LNC_ENV}={text!r} is not a logical NeuronCore config; use 1 or 2") from None
+        value = None
+    if value not in LNC_VALUES:
+        raise ValueError(f"{LNC_ENV}={text!r} is not a logical NeuronCore config; use 1 or 2 "
+                         f"(or unset it for the default)")
+    return value
 
 
 def visible_cores(count: int) -> tuple[int, ...]:

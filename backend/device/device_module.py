@@ -9,14 +9,19 @@ which is also what the tensor factories call, so ``torch.empty(2, device="neuron
 """
 from __future__ import annotations
 
+import pickle
 import threading
+import types
 from collections.abc import Callable
 
 import torch
 
 from . import timing_only
+from .event_clock import Stamp
 from .events import stream_api
 from .memory import DeviceMemory
+from .memory_history import record_memory_history, snapshot
+from .rng_state import philox_state, set_philox_state
 
 __all__ = ["DeviceModule", "DeviceModules", "ThreadCurrentDevice", "DEVICE_MODULES", "device_index", "check_device", "AMP_DTYPES",
            "REPORTED_AS", "reported_device"]
@@ -70,16 +75,19 @@ class DeviceModule:
 
     device_count: how many devices of this type exist (the NeuronCores of the chip).
     pool / name / properties / capability: per device index.
-    clock_ns: the simulated time its events read.
+    clock: the simulated time its events read (an ``event_clock.Stamp``).
     current: the per-thread current device (get/set), by default kept here.
+    memory_fallback: a module answering for ``torch.<device>.memory`` names this one lacks.
     """
 
     def __init__(self, device_type: str, *, unit: str, device_count: Callable[[], int],
                  pool: Callable[[int], DeviceMemory], name: Callable[[int], str],
                  properties: Callable[[int], object], capability: Callable[[int], tuple[int, int]],
-                 clock_ns: Callable[[], float], lazy_init: Callable[[], object] = lambda: None,
-                 bf16_supported: Callable[[], bool] = lambda: True, current=None):
+                 clock: Callable[[], Stamp], lazy_init: Callable[[], object] = lambda: None,
+                 bf16_supported: Callable[[], bool] = lambda: True, current=None, memory_fallback=None,
+                 storage_bytes: Callable[[int], tuple[int, int]] = lambda index: (0, 0)):
         self.device_type = device_type
+        self._storage_bytes = storage_bytes
         self._current = current if current is not None else ThreadCurrentDevice()
         self.unit = unit
         self._count = device_count
@@ -89,8 +97,9 @@ class DeviceModule:
         self._capability = capability
         self._lazy_init_hook = lazy_init
         self._bf16_supported = bf16_supported
-        self._streams = stream_api(device_type, lambda: torch.device(device_type, self.current_device()), clock_ns)
+        self._streams = stream_api(device_type, lambda: torch.device(device_type, self.current_device()), clock)
         self.device = self._device_context_type()
+        self.memory = self._memory_module(memory_fallback)
 
     # -- device selection --------------------------------------------------------------------
     def index(self, device=None) -> int:
@@ -162,11 +171,22 @@ class DeviceModule:
     def initial_seed(self) -> int:
         return torch.initial_seed()
 
+    # States are CUDA-shaped (16 bytes: seed, offset), as DTensor's RNG tracker reads them; every
+    # device of the type draws from the one host generator (see rng_state).
     def get_rng_state(self, device=None) -> torch.Tensor:
-        return torch.get_rng_state()
+        self.index(device)
+        return philox_state(torch.default_generator)
 
     def set_rng_state(self, new_state: torch.Tensor, device=None) -> None:
-        torch.set_rng_state(new_state)
+        self.index(device)
+        set_philox_state(torch.default_generator, new_state)
+
+    def get_rng_state_all(self) -> list[torch.Tensor]:
+        return [self.get_rng_state(i) for i in range(self.device_count())]
+
+    def set_rng_state_all(self, new_states) -> None:
+        for index, state in enumerate(new_states):
+            self.set_rng_state(state, index)
 
     # -- identity ------------------------------------------------------------------------------
     def get_device_name(self, device=None) -> str:
@@ -193,17 +213,23 @@ class DeviceModule:
         """The allocation books of ``device``."""
         return self._pool(self.index(device))
 
+    def _storages(self, device) -> tuple[int, int]:
+        """Current and peak bytes of storages made directly on ``device`` (not by tensors)."""
+        return self._storage_bytes(self.index(device))
+
+    # Storages made directly count as allocated; the peak of a sum is reported as at most the
+    # sum of the peaks, as the C++ allocator's statistics report it.
     def memory_allocated(self, device=None) -> int:
-        return self.memory_pool(device).allocated_bytes
+        return self.memory_pool(device).allocated_bytes + self._storages(device)[0]
 
     def max_memory_allocated(self, device=None) -> int:
-        return self.memory_pool(device).peak_allocated_bytes
+        return self.memory_pool(device).peak_allocated_bytes + self._storages(device)[1]
 
     def memory_reserved(self, device=None) -> int:
-        return self.memory_pool(device).reserved_bytes
+        return self.memory_pool(device).reserved_bytes + self._storages(device)[0]
 
     def max_memory_reserved(self, device=None) -> int:
-        return self.memory_pool(device).peak_reserved_bytes
+        return self.memory_pool(device).peak_reserved_bytes + self._storages(device)[1]
 
     def reset_peak_memory_stats(self, device=None) -> None:
         self.memory_pool(device).reset_peak()
@@ -216,10 +242,46 @@ class DeviceModule:
 
     def mem_get_info(self, device=None) -> tuple[int, int]:
         pool = self.memory_pool(device)
-        return pool.capacity_bytes - pool.allocated_bytes, pool.capacity_bytes
+        return pool.capacity_bytes - self.memory_allocated(device), pool.capacity_bytes
 
     def empty_cache(self) -> None:
         """Only live tensors are counted, so there is no cache to release."""
+
+    # -- memory history and snapshots: torch.cuda.memory's, read by torch.cuda._memory_viz ----
+    def _record_memory_history(self, enabled="all", *args, **kwargs) -> None:
+        if isinstance(enabled, bool):    # the legacy signature: (enabled, trace_alloc_max_entries=...)
+            kwargs = {"max_entries": kwargs["trace_alloc_max_entries"]} if "trace_alloc_max_entries" in kwargs else {}
+            enabled, args = ("all" if enabled else None), ()
+        record_memory_history(self.device_type, enabled, *args, **kwargs)
+
+    def _snapshot(self, device=None, augment_with_fx_traces: bool = False) -> dict:
+        pools: dict = {}
+        for index in range(self.device_count()):
+            pool = self._pool(index)
+            if all(pool is not seen for seen in pools.values()):   # emulated GPUs share one
+                pools[index] = pool
+        return snapshot(self.device_type, pools)
+
+    def memory_snapshot(self, mempool_id=None, include_traces: bool = True) -> list[dict]:
+        return self._snapshot()["segments"]
+
+    def _dump_snapshot(self, filename: str = "dump_snapshot.pickle", augment_with_fx_traces: bool = False) -> None:
+        with open(filename, "wb") as f:
+            pickle.dump(self._snapshot(), f)
+
+    MEMORY_FUNCTIONS = ("_record_memory_history", "_snapshot", "memory_snapshot", "_dump_snapshot",
+                        "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                        "reset_peak_memory_stats", "memory_stats", "memory_summary", "mem_get_info", "empty_cache")
+
+    def _memory_module(self, fallback=None) -> types.ModuleType:
+        """``torch.<device>.memory``; names it lacks come from ``fallback`` (a module), if any."""
+        module = types.ModuleType(f"torch.{self.device_type}.memory", "Memory statistics, history and snapshots.")
+        for name in self.MEMORY_FUNCTIONS:
+            setattr(module, name, getattr(self, name))
+        module.reset_max_memory_allocated = self.reset_peak_memory_stats
+        if fallback is not None:
+            module.__getattr__ = lambda name: getattr(fallback, name)
+        return module
 
     # -- timing-only mode: process-wide, shared by every simulated device type ---------------
     @staticmethod
@@ -239,11 +301,11 @@ class DeviceModule:
     FUNCTIONS = (
         "is_available", "is_initialized", "_is_in_bad_fork", "_lazy_init", "device_count",
         "current_device", "set_device", "synchronize", "manual_seed", "seed", "initial_seed",
-        "get_rng_state", "set_rng_state", "get_device_name", "get_device_properties",
+        "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "get_device_name", "get_device_properties",
         "get_device_capability", "is_bf16_supported", "is_current_stream_capturing",
         "get_amp_supported_dtype", "memory_allocated", "max_memory_allocated", "memory_reserved",
         "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "memory_summary",
-        "mem_get_info", "empty_cache", "timing_only", "set_timing_only", "is_timing_only",
+        "mem_get_info", "empty_cache", "memory_snapshot", "timing_only", "set_timing_only", "is_timing_only",
     )
     ALIASES = {"manual_seed_all": "manual_seed", "seed_all": "seed",
                "reset_max_memory_allocated": "reset_peak_memory_stats"}
@@ -253,6 +315,7 @@ class DeviceModule:
         names = {name: getattr(self, name) for name in self.FUNCTIONS}
         names.update({alias: names[target] for alias, target in self.ALIASES.items()})
         names["device"] = self.device
+        names["memory"] = self.memory
         names.update(self._streams)
         return names
 
@@ -294,8 +357,13 @@ REPORTED_AS: dict[str, torch.device] = {}
 
 def reported_device(device: torch.device) -> torch.device:
     """The device a new tensor requested by C++ on ``device`` reports (index filled in: the
-    current device of its type, as for ``torch.empty(2, device="cuda")``)."""
+    current device of its type, as for ``torch.empty(2, device="cuda")``).
+
+    ``REPORTED_AS`` (CUDA emulation) re-labels C++'s own allocations on the backing device, which
+    name it with an index taken from a tensor. A device without an index was named by the user
+    (``device="neuron"``): that one is what they asked for, so an op mixing it with an emulated
+    cuda tensor raises PyTorch's "Expected all tensors to be on the same device"."""
     if device.index is None:
         module = DEVICE_MODULES.get(device.type)
-        device = torch.device(device.type, module.current_device() if module is not None else 0)
+        return torch.device(device.type, module.current_device() if module is not None else 0)
     return REPORTED_AS.get(device.type, device) if device.index == 0 else device

@@ -3,7 +3,8 @@
 Ops run synchronously on the host, and the simulator lays them out on one stream, so a stream
 never has work in flight and an event's timestamp is the simulator's clock when it is recorded:
 ``start.elapsed_time(end)`` is simulated milliseconds, not host time. Each device module gets
-its own subclasses (:func:`stream_api`), bound to its device and its simulator clock.
+its own subclasses (:func:`stream_api`), bound to its device and its clock (a :class:`Stamp`
+source: the time and the timeline it was read from, see ``event_clock``).
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from collections.abc import Callable
 import torch
 
 from backend import recording
+
+from .event_clock import Stamp, elapsed_ms, session_now_ns
 
 __all__ = ["Event", "Stream", "stream_api", "simulated_clock_ns", "recording_session"]
 
@@ -58,17 +61,21 @@ class Event:
     """An event stamped with the device's simulated clock when recorded."""
 
     device_type = "device"
-    _clock_ns: Callable[[], float] = staticmethod(lambda: 0.0)
+    _clock: Callable[[], Stamp] = staticmethod(lambda: Stamp(0.0, None))
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
         self.enable_timing = enable_timing
         self.blocking = blocking
-        self._time_ns: float | None = None
+        self._stamp: Stamp | None = None
+
+    @property
+    def _time_ns(self) -> float | None:
+        return None if self._stamp is None else self._stamp.time_ns
 
     def record(self, stream: Stream | None = None) -> None:
         # Only a timing event reads the clock (as on CUDA): synchronisation events, such as
-        # FSDP2's around every all-gather, work outside a profile too.
-        self._time_ns = self._clock_ns() if self.enable_timing else 0.0
+        # FSDP2's around every all-gather, start no simulation.
+        self._stamp = self._clock() if self.enable_timing else Stamp(0.0, None)
 
     def wait(self, stream: Stream | None = None) -> None:
         """One timeline: nothing to wait for."""
@@ -83,18 +90,18 @@ class Event:
         """Simulated milliseconds from this event to ``end_event``, like CUDA's."""
         if not (self.enable_timing and end_event.enable_timing):
             raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
-        if self._time_ns is None or end_event._time_ns is None:
+        if self._stamp is None or end_event._stamp is None:
             raise RuntimeError("Both events must be recorded before calculating elapsed time.")
-        return (end_event._time_ns - self._time_ns) / 1e6
+        return elapsed_ms(self._stamp, end_event._stamp)
 
     def __repr__(self) -> str:
         state = "unrecorded" if self._time_ns is None else f"at {self._time_ns:.0f} simulated ns"
         return f"<torch.{self.device_type}.Event {state} (simulated)>"
 
 
-def stream_api(device_type: str, device: Callable[[], torch.device], clock_ns: Callable[[], float]) -> dict:
+def stream_api(device_type: str, device: Callable[[], torch.device], clock: Callable[[], Stamp]) -> dict:
     """The stream/event names of a ``torch.cuda``-shaped module for one simulated device."""
-    event_type = type("Event", (Event,), {"device_type": device_type, "_clock_ns": staticmethod(clock_ns),
+    event_type = type("Event", (Event,), {"device_type": device_type, "_clock": staticmethod(clock),
                                           "__module__": f"torch.{device_type}"})
     stream_type = type("Stream", (Stream,), {"device_type": device_type, "_device": staticmethod(device),
                                              "_event_type": event_type, "__module__": f"torch.{device_type}"})
@@ -130,8 +137,4 @@ def simulated_clock_ns(session=None) -> float:
         raise RuntimeError(
             "no simulator is recording this device's ops, so events have no clock: run inside "
             "workbench.profile(...), or enable CUDA emulation with a session")
-    now = getattr(session, "now_ns", None)
-    if now is not None:
-        return float(now() if callable(now) else now)
-    ops = session.trace.ops
-    return ops[-1].end_ns if ops else 0.0
+    return session_now_ns(session)

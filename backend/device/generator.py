@@ -9,6 +9,9 @@ Contract: ``torch.randn(n, device="neuron", generator=torch.Generator("neuron").
 equals ``torch.randn(n, generator=torch.Generator().manual_seed(s))`` bit for bit, and so does
 the default generator (``torch.manual_seed(s)`` seeds the host generator the device draws from).
 
+Its state (``get_state``) has a CUDA generator's shape, 16 bytes of (seed, offset), which
+DTensor's RNG tracker reads (see ``rng_state``); a pickled generator carries the full host state.
+
 ``torch.Generator`` is replaced by :class:`Generator`, a subclass of the C type whose metaclass
 keeps ``isinstance(g, torch.Generator)`` true for every generator, so code that type-checks
 generators (DataLoader, ``random_split``, samplers) sees no difference.
@@ -18,6 +21,8 @@ from __future__ import annotations
 import torch
 
 from backend.recording import SIMULATED_DEVICE_TYPES
+
+from .rng_state import philox_state, set_philox_state
 
 __all__ = ["Generator", "install_generator"]
 
@@ -51,8 +56,17 @@ class _DeviceGenerator(_C_GENERATOR):
     def device(self) -> torch.device:
         return self._device
 
+    def get_state(self) -> torch.Tensor:
+        """The 16-byte (seed, offset) state a CUDA generator has (see ``rng_state``)."""
+        return philox_state(self)
+
+    def set_state(self, new_state: torch.Tensor) -> _DeviceGenerator:
+        set_philox_state(self, new_state)
+        return self
+
     def __reduce__(self):
-        return (Generator, (str(self._device),), self.get_state())
+        # The full host state: a position key means nothing in another process.
+        return (Generator, (str(self._device),), _C_GENERATOR.get_state(self))
 
     def __setstate__(self, state) -> None:
         self.set_state(state)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .memory_history import HISTORIES
+
 __all__ = ["DeviceMemory", "MemoryPools", "POOLS", "memory_for", "install_pool"]
 
 _MIB = 1 << 20
@@ -31,6 +33,7 @@ class DeviceMemory:
     device_type: str
     capacity_bytes: int
     label: str = ""
+    index: int = 0                  # which device of its type (its memory history's trace)
     allocated_bytes: int = 0
     reserved_bytes: int = 0
     peak_allocated_bytes: int = 0
@@ -49,6 +52,9 @@ class DeviceMemory:
         """Raise torch.OutOfMemoryError if ``nbytes`` more would not fit."""
         if self.allocated_bytes + nbytes > self.capacity_bytes:
             self.num_ooms += 1
+            history = HISTORIES.get(self.device_type)
+            if history is not None:
+                history.on_oom(self.index, nbytes, self.capacity_bytes - self.allocated_bytes)
             raise torch.OutOfMemoryError(
                 f"{self.device_type} out of memory. Tried to allocate {_fmt(nbytes)}. "
                 f"{self.label} has a total capacity of {_fmt(self.capacity_bytes)} of which "
@@ -80,6 +86,8 @@ class DeviceMemory:
                 self.peak_allocated_bytes = self.allocated_bytes
             if self.reserved_bytes > self.peak_reserved_bytes:
                 self.peak_reserved_bytes = self.reserved_bytes
+            if HISTORIES:
+                self._note(key, nbytes, allocated=True)
         entry[0] += 1
         # Keyed by id: two weakrefs to one live tensor compare equal.
         ref = weakref.ref(inner, self._on_freed)
@@ -88,7 +96,8 @@ class DeviceMemory:
     def resize(self, inner: torch.Tensor, nbytes: int) -> None:
         """Re-book the storage of a tracked host tensor at ``nbytes`` (``storage.resize_``:
         FSDP2 frees and re-allocates unsharded parameters this way)."""
-        entry = self._refs.get(_storage_key(inner))
+        key = _storage_key(inner)
+        entry = self._refs.get(key)
         if entry is None or entry[1] == nbytes:
             return
         if nbytes > entry[1]:
@@ -96,6 +105,11 @@ class DeviceMemory:
             self.num_allocs += entry[1] == 0
         else:
             self.num_frees += nbytes == 0
+        if HISTORIES:     # re-allocated at the new size, as a caching allocator would
+            if entry[1]:
+                self._note(key, entry[1], allocated=False)
+            if nbytes:
+                self._note(key, nbytes, allocated=True)
         self.allocated_bytes += nbytes - entry[1]
         self.reserved_bytes += _rounded(nbytes) - _rounded(entry[1])
         entry[1] = nbytes
@@ -113,6 +127,24 @@ class DeviceMemory:
             self.allocated_bytes -= entry[1]
             self.reserved_bytes -= _rounded(entry[1])
             self.num_frees += 1
+            if HISTORIES and entry[1]:
+                self._note(key, entry[1], allocated=False)
+
+    def _note(self, key, nbytes: int, allocated: bool) -> None:
+        """Tell the memory history (if recording) that storage ``key`` got or gave ``nbytes``."""
+        history = HISTORIES.get(self.device_type)
+        if history is not None:
+            (history.on_alloc if allocated else history.on_free)(self.index, key, _rounded(nbytes))
+
+    def live_storages(self):
+        """(address, [host tensors, bytes]) of each storage counted now (the key is the host
+        storage's address; a sparse tensor's or timing-only storage's is an id)."""
+        return list(self._refs.items())
+
+    @staticmethod
+    def reserved_size(nbytes: int) -> int:
+        """What a storage of ``nbytes`` reserves (CUDA's caching-allocator rounding)."""
+        return _rounded(nbytes)
 
     def reset_peak(self) -> None:
         self.peak_allocated_bytes = self.allocated_bytes
@@ -201,7 +233,7 @@ class MemoryPools(dict):
         key = self.key(device_type, index)
         pool = self.get(key)
         if pool is None:
-            pool = self[key] = DeviceMemory(device_type, capacity_bytes, label)
+            pool = self[key] = DeviceMemory(device_type, capacity_bytes, label, index)
         else:
             pool.capacity_bytes = capacity_bytes
             pool.label = label

@@ -15,6 +15,7 @@ Without a C++ compiler the device still works through the Python defaults, minus
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import fcntl
 import hashlib
@@ -28,7 +29,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["install_native_hooks", "build_library", "native_hooks_installed", "INSTALLED", "report_device_count",
-           "native_current_device", "set_native_current_device"]
+           "native_current_device", "set_native_current_device", "native_storage_bytes"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ CFLAGS = ["-O1", "-g0"]
 
 _STATS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64))
 _RESET_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int)
+_EVENT_STAMP_FN = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)
+_EVENT_ELAPSED_FN = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_int64, ctypes.c_int64)
+_EVENT_RELEASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_int64)
 # Bit flags returned by neuron_install (see the Installed enum in the C++ source).
 INSTALLED = {"allocator": 1, "hooks": 2, "guard": 4}
 
@@ -80,6 +84,40 @@ def _pool_reset(device: int, peak_only: int) -> None:
     books.reset_peak()
     if not peak_only:
         books.num_allocs = books.num_frees = books.num_ooms = 0
+
+
+def _event_stamp(previous: int) -> int:
+    # Called from C++ (ctypes cannot raise into it): 0 says it failed.
+    try:
+        from backend.recording import current_target
+
+        from .event_clock import NATIVE_EVENTS
+
+        return NATIVE_EVENTS.stamp(previous, current_target)
+    except Exception:
+        logger.exception("stamping a neuron timing event failed")
+        return 0
+
+
+def _event_elapsed(start: int, end: int) -> float:
+    from .event_clock import NATIVE_EVENTS
+
+    return NATIVE_EVENTS.elapsed_ms(start, end)
+
+
+def _event_release(handle: int) -> None:
+    from .event_clock import NATIVE_EVENTS
+
+    NATIVE_EVENTS.release(handle)
+
+
+def _install_event_clock(library) -> tuple:
+    """Give C++ timing events the simulated clock; taken back at exit, before Python goes."""
+    callbacks = (_EVENT_STAMP_FN(_event_stamp), _EVENT_ELAPSED_FN(_event_elapsed), _EVENT_RELEASE_FN(_event_release))
+    library.neuron_set_event_clock.argtypes = [_EVENT_STAMP_FN, _EVENT_ELAPSED_FN, _EVENT_RELEASE_FN]
+    library.neuron_set_event_clock(*callbacks)
+    atexit.register(library.neuron_set_event_clock, _EVENT_STAMP_FN(), _EVENT_ELAPSED_FN(), _EVENT_RELEASE_FN())
+    return callbacks
 
 
 def _build_directory(source: Path = SOURCE, name: str = EXTENSION_NAME, cflags: list = CFLAGS,
@@ -177,8 +215,10 @@ def install_native_hooks() -> bool:
     library.neuron_install.restype = ctypes.c_int
     library.neuron_install.argtypes = [_STATS_FN, _RESET_FN]
     STATE.callbacks = (_STATS_FN(_pool_stats), _RESET_FN(_pool_reset))
-    STATE.flags = library.neuron_install(*STATE.callbacks)
+    STATE.flags = library.neuron_install(*STATE.callbacks[:2])
+    STATE.callbacks += _install_event_clock(library)
     library.neuron_current_device.restype = ctypes.c_int
+    library.neuron_storage_bytes.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
     STATE.library = library
     logger.debug("neuron C++ hooks installed: %s", native_hooks_installed())
     return True
@@ -201,3 +241,13 @@ def set_native_current_device(index: int) -> bool:
         return False
     STATE.library.neuron_set_current_device(int(index))
     return True
+
+
+def native_storage_bytes(device: int) -> tuple[int, int]:
+    """Current and peak bytes of the storages the C++ allocator made on NeuronCore ``device``
+    (``torch.UntypedStorage(n, device="neuron:i")``): device memory outside the tensor books."""
+    if STATE.library is None:
+        return 0, 0
+    out = (ctypes.c_int64 * 2)()
+    STATE.library.neuron_storage_bytes(int(device), out)
+    return int(out[0]), int(out[1])

@@ -7,6 +7,7 @@ Neuron runtime shows them: N is the chip's cores at the logical-core config (trn
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -16,9 +17,9 @@ from backend.sim.presets import DEFAULT_NEURON_TARGET as DEFAULT_TARGET
 
 from .core_config import lnc_from_environment, visible_cores
 from .device_module import DEVICE_MODULES, DeviceModule, ThreadCurrentDevice
-from .events import simulated_clock_ns
+from .event_clock import stamp
 from .memory import install_pool, memory_for
-from .native_hooks import native_current_device, report_device_count, set_native_current_device
+from .native_hooks import native_current_device, native_storage_bytes, report_device_count, set_native_current_device
 from .numerics import hardware_numerics, hardware_numerics_enabled, set_hardware_numerics
 
 
@@ -80,7 +81,7 @@ def set_target(name: str = DEFAULT_TARGET, lnc: int | None = None):
     """
     from backend.sim.presets import get_target as preset
 
-    config = preset(name) if isinstance(name, str) else name
+    config = preset(name, kind="neuron")      # a GPU or TPU target is refused, naming its device
     if lnc_of(config) != 1:
         if lnc is not None and lnc != lnc_of(config):
             raise ValueError(f"{config.name} is a logical core at LNC={lnc_of(config)}, not LNC={lnc}")
@@ -152,9 +153,10 @@ def _pool(index: int):
 
 MODULE = DeviceModule(
     "neuron", unit="NeuronCore", device_count=device_count, pool=_pool, name=_name,
-    properties=_properties, capability=_capability, clock_ns=simulated_clock_ns, lazy_init=get_target,
-    current=CurrentCore())
+    properties=_properties, capability=_capability, clock=lambda: stamp(get_target), lazy_init=get_target,
+    current=CurrentCore(), storage_bytes=native_storage_bytes)
 DEVICE_MODULES.add(MODULE)
+sys.modules.setdefault("torch.neuron.memory", MODULE.memory)    # import torch.neuron.memory
 globals().update({name: value for name, value in MODULE.namespace().items() if name != "device_count"})
 
 __all__ = [

@@ -20,15 +20,16 @@ KIND_CODES = {"compute": 0, "copy": 1, "collective": 2}
 
 def kernel_name(name: str, kind: str, transfer: str | None = None) -> str:
     """What a simulated op is called as device work in a Kineto-style trace. Collectives take
-    NCCL's kernel names (``ncclDevKernel_AllReduce``) and copies CUPTI's (``Memcpy HtoD``), the
+    NCCL's kernel names (``ncclKernel_AllReduce``) and copies CUPTI's (``Memcpy HtoD``), the
     names Holistic Trace Analysis sorts into COMMUNICATION and MEMORY (it knows no others); an
     eager op's kernel is ``neuron::<op>``, apart from the ``aten::<op>`` that launched it; a
     compiled kernel keeps its name."""
     if is_collective(name):
         collective = name.removeprefix(COLLECTIVE_PREFIX)
-        return f"ncclDevKernel_{''.join(part.title() for part in collective.split('_'))} ({name}, simulated)"
+        return f"ncclKernel_{''.join(part.title() for part in collective.split('_'))} ({name}, simulated)"
     if kind == "transfer":
-        return f"Memcpy {'DtoH' if transfer == 'd2h' else 'HtoD'} (neuron, simulated)"
+        direction = {"h2d": " HtoD", "d2h": " DtoH"}.get(transfer, "")     # unknown: no direction
+        return f"Memcpy{direction} (neuron, simulated)"
     if kind in ("op", "fallback"):
         kernel = f"neuron::{name.split('::', 1)[-1]}"
         return f"{kernel} (host fallback)" if kind == "fallback" else kernel
@@ -40,18 +41,25 @@ class DeviceTimeline(EagerSession):
     code, start_ns, end_ns, launched_ns)`` at once, on the thread that issued it, and is then
     dropped (the session keeps no rows, so a long profile does not grow it). Compiled kernels
     reach it through ``feed_program``; ``launched_ns`` is the host clock (ns since the epoch)
-    when the op was handed to the simulator."""
+    when the op was handed to the simulator. Without ``report`` only its clock (``now_ns``)
+    advances. ``expired()``, asked before each op, ends the timeline's part: once it returns True
+    the op is not timed (whoever passed it unsubscribes the timeline)."""
 
-    def __init__(self, target, report) -> None:
+    def __init__(self, target, report=None, *, expired=None) -> None:
         super().__init__(target, max_events=0)
         self._report = report
+        self._expired = expired
 
     def feed(self, record) -> None:
+        if self._expired is not None and self._expired():
+            return
         launched = time.time_ns()
         super().feed(record)
         self._drain(record.transfer, launched)
 
     def feed_program(self, program):
+        if self._expired is not None and self._expired():
+            return None
         launched = time.time_ns()
         summary = super().feed_program(program)
         self._drain(None, launched)
@@ -59,10 +67,11 @@ class DeviceTimeline(EagerSession):
 
     def _drain(self, transfer: str | None, launched_ns: int) -> None:
         rows = self.trace.ops
-        for row in rows:
-            if row.kind not in NOT_DEVICE_WORK:
-                self._report(kernel_name(row.name, row.kind, transfer), _kind_code(row), float(row.start_ns),
-                             float(row.end_ns), launched_ns)
+        if self._report is not None:
+            for row in rows:
+                if row.kind not in NOT_DEVICE_WORK:
+                    self._report(kernel_name(row.name, row.kind, transfer), _kind_code(row), float(row.start_ns),
+                                 float(row.end_ns), launched_ns)
         rows.clear()
 
 

@@ -7,6 +7,8 @@ aliasing (a write through a view seen by the base) is PyTorch's own.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from . import fake_values
@@ -119,6 +121,24 @@ class DeviceTensor(torch.Tensor):
         if inner.__class__ is not torch.Tensor:
             return super().data_ptr()
         return inner.data_ptr()
+
+    def __deepcopy__(self, memo):
+        # PyTorch deep-copies a tensor whose data_ptr() is nonzero byte for byte through its
+        # storage; this placeholder storage holds no bytes (they live in ``_inner``), so copy as
+        # PyTorch does for storage-less backends (XLA, lazy): clone the values.
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            return torch.Tensor.__deepcopy__(self, memo)     # PyTorch's own error for non-leaves
+        with torch.no_grad():
+            new = self.clone()
+        if self.requires_grad:
+            new.requires_grad_()
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        new.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items() if k != "_inner"})
+        memo[id(self)] = new
+        return new
 
     def __format__(self, format_spec: str) -> str:
         # As torch.Tensor formats a 0-dim CPU/CUDA tensor: as its number (f"{loss:.4f}").

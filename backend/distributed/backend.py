@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import FakeProcessGroup
 
-from backend.sim.topology import TOPOLOGIES, Topology, get_topology
+from backend.device import register as register_device
+from backend.sim.topology import Topology, get_topology
 
 from .process_group import NeuronProcessGroup
 
@@ -33,8 +34,8 @@ class NeuronOptions:
 
     fake: simulate this rank of the world without exchanging values (PyTorch's fake process
         group); collectives are still priced.
-    topology: the interconnect preset (``backend.sim.topology``) pricing the collectives, or a
-        topology derived from one (e.g. seen per NeuronCore, ``backend.distributed.placement``).
+    topology: the interconnect preset (``backend.sim.topology``) pricing the collectives, by name
+        or as a :class:`~backend.sim.topology.Topology` (a derived one: a TPU slice, a what-if).
     """
 
     fake: bool = False
@@ -42,7 +43,9 @@ class NeuronOptions:
 
 
 def create_process_group(common_opts, backend_opts) -> NeuronProcessGroup:
-    """PyTorch's extended-API creator: ``common_opts`` carries store, group rank, size and timeout."""
+    """PyTorch's extended-API creator: ``common_opts`` carries store, group rank, size and timeout.
+    Registers the device first: a script with only ``import torch`` may name "neuron" here first."""
+    register_device()
     return build_process_group(common_opts, backend_opts, BACKEND_NAME)
 
 
@@ -53,13 +56,12 @@ def build_process_group(common_opts, backend_opts, device_type: str, default_top
     if device_type == BACKEND_NAME and not options.fake:
         bind_local_core()
     rank, size = common_opts.group_rank, common_opts.group_size
-    topology = get_topology(options.topology or os.environ.get(TOPOLOGY_ENV) or default_topology)
-    if TOPOLOGIES.get(topology.name) is topology:
-        topology = topology.name        # a preset travels by name
+    chosen = options.topology or os.environ.get(TOPOLOGY_ENV) or default_topology
+    topology = chosen if isinstance(chosen, Topology) else get_topology(chosen).name
     if options.fake:
         exchange = FakeProcessGroup._create_internal(rank, size)
     else:
-        exchange = dist.ProcessGroupGloo(common_opts.store, rank, size, common_opts.timeout)
+        exchange = _gloo(common_opts.store, rank, size, common_opts.timeout)
     group = NeuronProcessGroup(exchange, rank, size, topology, fake=options.fake)
     # c10d keeps a group's name on its backends (``_set_group_name`` writes it to each, and
     # ``group_name`` reads the first): without one, DeviceMesh and FSDP2 find "name not set".
@@ -75,6 +77,25 @@ def _world_options() -> NeuronOptions:
     if isinstance(world, NeuronProcessGroup):
         return NeuronOptions(fake=world.moves_no_values, topology=world.topology)
     return NeuronOptions()
+
+
+_LOOPBACK = "127.0.0.1"
+
+
+def _is_loopback(host: str | None) -> bool:
+    return host is not None and (host == "localhost" or host.startswith("127.") or host == "::1")
+
+
+def _gloo(store, rank: int, size: int, timeout) -> dist.ProcessGroupGloo:
+    """Gloo between the ranks; on loopback when the rendezvous is (``MASTER_ADDR`` 127.0.0.1:
+    ranks of one machine, as ``launch`` and single-node torchrun start them), where gloo's
+    default device would listen on the host's network address."""
+    if not _is_loopback(os.environ.get("MASTER_ADDR")):
+        return dist.ProcessGroupGloo(store, rank, size, timeout)
+    options = dist.ProcessGroupGloo._Options()
+    options._devices = [dist.ProcessGroupGloo.create_device(hostname=_LOOPBACK)]
+    options._timeout = timeout
+    return dist.ProcessGroupGloo(store, rank, size, options)
 
 
 def bind_local_core() -> int | None:

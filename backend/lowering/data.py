@@ -157,11 +157,13 @@ def copy_tensor(ctx: OpContext, src_index: int, src: TensorDesc, dst: TensorDesc
 
 
 def zero_fill(ctx: OpContext, out: TensorDesc, nbytes: int | None = None, run_bytes: int | None = None) -> int:
-    """Zero ``nbytes`` (default: all) of an HBM tensor, in runs of ``run_bytes``: one memset tile in
-    SBUF, broadcast out by DMA."""
+    """Zero ``nbytes`` (default: all) of an HBM tensor, in runs of ``run_bytes``: one memset tile
+    (a streamed tile's size, assumption ``stream.tile_bytes_per_partition``) in SBUF, broadcast
+    out by DMA."""
     b, t = ctx.builder, ctx.target
     nbytes = out.nbytes if nbytes is None else nbytes
-    free = max(1, min(ceil(nbytes / out.itemsize / t.partitions), 2048))
+    tile_elems = assumptions.value("stream.tile_bytes_per_partition") // out.itemsize
+    free = max(1, min(ceil(nbytes / out.itemsize / t.partitions), tile_elems))
     ms = b.compute("vector", "memset", free_size=free, dtype=out.dtype, value=0)
     return b.dma(nbytes, src="sbuf", dst="hbm", row_bytes=run_bytes or free * out.itemsize, deps=(ms,),
                  src_bytes=t.partitions * free * out.itemsize)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from backend.lowering.builder import Builder, OpContext
-from backend.lowering.data import base_program, fallback_program, transfer_program
+from backend.lowering.data import base_program, fallback_program, transfer_program, zero_fill
 from backend.lowering.registry import is_free_op, lowering_for
 from backend.sim.descriptors import OpRecord
 from backend.sim.flops import base_name
@@ -34,23 +34,45 @@ def lower_into(ctx: OpContext) -> bool:
     """Append the op's instructions to ``ctx.builder``; False when nothing lowers it.
 
     A lowering returns ``False`` (having emitted nothing) to decline a shape the device cannot
-    run, e.g. a sort whose rows do not fit SBUF; the op then runs on the host.
+    run, e.g. a sort whose rows do not fit SBUF; the op then runs on the host. An op with no
+    work (every output empty, e.g. an expert given no tokens) emits nothing: its program costs
+    only its launch.
     """
     fn = lowering_for(ctx.record.name)
     if fn is None or ctx.record.fallback:
         return False
+    record = ctx.record
+    written = record.outputs or record.inputs       # an in-place op without outputs writes its inputs
+    if written and all(t.numel == 0 for t in written):
+        return True
     before = len(ctx.builder.program.instructions)
     declined = fn(ctx) is False
     emitted = len(ctx.builder.program.instructions) > before
     if declined:
         if emitted:
-            raise RuntimeError(f"lowering for {ctx.record.name} declined after emitting instructions")
+            raise RuntimeError(f"lowering for {record.name} declined after emitting instructions")
         return False
-    empty = all(t.numel == 0 for t in ctx.record.outputs) if ctx.record.outputs else False
-    if not emitted and not empty and not is_free_op(ctx.record.name):
-        raise RuntimeError(f"lowering for {ctx.record.name} emitted no instructions; "
-                           f"inputs {[t.shape for t in ctx.record.inputs]}")
+    if not emitted and not is_free_op(record.name):
+        if not any(t.numel == 0 for t in record.inputs):
+            raise RuntimeError(f"lowering for {record.name} emitted no instructions; "
+                               f"inputs {[t.shape for t in record.inputs]}")
+        _fill_outputs(ctx)
     return True
+
+
+def _fill_outputs(ctx: OpContext) -> None:
+    """Write the outputs of an op whose empty inputs leave nothing to compute (a matmul over
+    an empty inner dimension, a loss over no elements): they hold its fill value (0, the
+    padding, NaN for a mean), which costs what writing that many constants costs."""
+    for k, out in enumerate(ctx.record.outputs):
+        if out.numel == 0:
+            continue
+        if ctx.out_to_hbm[k]:
+            last = zero_fill(ctx, out)
+        else:
+            free = max(1, min(-(-out.numel // ctx.target.partitions), 2048))
+            last = ctx.builder.compute("vector", "memset", free_size=free, dtype=out.dtype, value=0)
+        ctx.set_ready(k, (last,))
 
 
 def lower(record: OpRecord, target: str | NeuronConfig = DEFAULT_NEURON_TARGET) -> Program:

@@ -6,10 +6,11 @@ A[M, K], or a weight used as W.t()) is loaded row-wise and transposed on TensorE
 blocks. Output tiles accumulate over K in PSUM; when K does not fit one SBUF block, partial
 sums are added into an fp32 SBUF accumulator on VectorE (the NKI tutorial's K-blocking).
 
-The plan picks SBUF block sizes (tiles of M, N, K per block) and the loop order by the best
-roofline estimate over TensorE, DMA and VectorE/ScalarE work, subject to the SBUF budget, so
-a large GEMM reuses its stationary and moving blocks and keeps TensorE fed, while naive
-per-tile loading would be DMA-bound. Blocks are emitted in at most ``gemm.max_block_groups``
+The plan picks SBUF block sizes (tiles of M, N, K per block) and the loop order within the SBUF
+budget: closed-form estimates over TensorE, DMA and VectorE/ScalarE work rank the plans, and the
+best few are simulated, so a large GEMM reuses its stationary and moving blocks and keeps
+TensorE fed (naive per-tile loading would be DMA-bound) while a small one gets blocks that
+pipeline. Blocks are emitted in at most ``gemm.max_block_groups``
 groups with repeat counts, so the simulator's cost stays bounded for any GEMM size. The
 blocking knobs are modelling assumptions with plausible ranges (``backend.sim.assumptions``).
 """
@@ -18,11 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from backend.lowering.builder import OpContext, itemsize, split_even
+from backend.lowering.builder import Builder, OpContext, dma_engines_for, itemsize, split_even
 from backend.sim import assumptions
 from backend.sim.costs import instruction_ns
-from backend.sim.ir import Instruction
+from backend.sim.costs.dma import dma_engine_ns
+from backend.sim.descriptors import OpRecord, TensorDesc
+from backend.sim.ir import Instruction, Program
 from backend.sim.presets import NeuronConfig
+from backend.sim.scheduler import Simulator
 
 __all__ = ["TensorEngineGemm", "BlockedGemmPlan", "plan_blocked_gemm", "emit_gemm"]
 
@@ -56,7 +60,7 @@ class BlockedGemmPlan:
     tm: int
     tk: int
     tn: int
-    m_tiles: int
+    m_tiles: int                     # tiles emitted along M, K, N (blocks x tiles per block)
     k_tiles: int
     n_tiles: int
     bm: int                          # tiles per block along M, K, N
@@ -65,7 +69,7 @@ class BlockedGemmPlan:
     m_outer: bool                    # loop order: M blocks outside N blocks
     traffic_bytes: int
     sbuf_bytes: int
-    estimate_ns: float
+    estimate_ns: float               # the pipelined closed-form estimate (not the simulated time)
 
     @property
     def n_mb(self) -> int:
@@ -98,32 +102,94 @@ def _unit_ns(target: NeuronConfig, **kw) -> float:
     return instruction_ns(Instruction(**kw), target)
 
 
+def _dma_busy_ns(target: NeuronConfig, nbytes: int, rows: int, row_bytes: int, src: str, dst: str) -> float:
+    """Engine-ns one transfer of ``rows`` rows keeps the DMA engines busy (summed over them)."""
+    engines = dma_engines_for(min(rows, target.partitions), target)
+    return engines * dma_engine_ns(nbytes, ceil(nbytes / max(1, row_bytes)), engines, src, dst, target)
+
+
+def _block_rows(shape: TensorEngineGemm, operand: str, width: int, bk: int, tk: int, s_hbm: int) -> tuple[int, int]:
+    """(rows, bytes per row) one block of operand ``"a"`` or ``"b"`` arrives in; ``width`` is its
+    non-K extent in the block. A K-contiguous operand comes row-wise (one row per non-K index),
+    the others K-row-wise. A vector (non-K extent 1, K unstructured) puts each partition's K
+    elements in one run: which K indices share a partition is free, as long as the other
+    operand's K rows follow the same order, and those are whole rows either way."""
+    transposed, extent = (shape.a_transposed, shape.m) if operand == "a" else (shape.b_transposed, shape.n)
+    plain = shape.a_blocks == 1 if operand == "a" else shape.b_reuse == 1 and shape.b_copies == 1
+    if transposed:
+        return width, bk * tk * s_hbm
+    if extent == 1 and plain and not shape.k_tile:
+        return tk, bk * s_hbm
+    return bk * tk, width * s_hbm
+
+
+def _psum_copy_ns(target: NeuronConfig, blocks: int, part: int, free: int) -> float:
+    """ScalarE time to copy one operand block's transposes out of PSUM (as ``_load_operand`` does)."""
+    psum_tiles = assumptions.value("gemm.psum_tiles_per_group")
+    return ceil(blocks / psum_tiles) * _unit_ns(target, engine="scalar", opcode="tensor_copy", partitions=free,
+                                                free_size=min(blocks, psum_tiles) * part, dtype="float32",
+                                                src="psum")
+
+
 @assumptions.cached(maxsize=4096)
 def plan_blocked_gemm(shape: TensorEngineGemm, target: NeuronConfig, reserved_bytes: int = 0) -> BlockedGemmPlan:
-    """Choose tiles, SBUF blocks and loop order by estimated time within the SBUF budget: the
-    budget fraction of what ``reserved_bytes`` (values a fused kernel keeps resident) leave."""
-    m_tiles, tm = _tiles(shape.m, target.stationary_free_max)
-    k_tiles, tk = _tiles(shape.k, min(shape.k_tile or target.pe_rows, target.pe_rows))
-    n_tiles, tn = _tiles(shape.n, target.moving_free_max)
+    """Choose tiles, SBUF blocks and loop order within the SBUF budget: the budget fraction of
+    what ``reserved_bytes`` (values a fused kernel keeps resident) leave.
+
+    Closed-form estimates rank the plans; the best few by each estimate are then simulated
+    alone (operands in HBM), as a compiler's autotuner times its variants, and the fastest wins.
+    Estimates alone misrank plans whose pipeline fill, per-DMA costs or engine spread differ,
+    and a misranked plan makes a GEMM slower than a slightly larger one."""
+    ranked = _ranked_plans(shape, target, reserved_bytes)
+    per_estimate = int(assumptions.value("gemm.simulated_plans"))
+    candidates = []
+    for order in (0, 1):            # by the pipelined estimate, then by the roofline one
+        for plan in (entry[-1] for entry in sorted(ranked, key=lambda e: e[order])[:per_estimate]):
+            if plan not in candidates:
+                candidates.append(plan)
+    if len(candidates) == 1:
+        return candidates[0]
+    return min(candidates, key=lambda plan: (_alone_ns(shape, plan, target), candidates.index(plan)))
+
+
+def _alone_ns(shape: TensorEngineGemm, plan: BlockedGemmPlan, target: NeuronConfig) -> float:
+    """Simulated time of the GEMM under ``plan``, its operands in HBM and its output stored."""
+    lead = (shape.batch,)
+    record = OpRecord(0, "gemm_plan", (TensorDesc((*lead, shape.m, shape.k), shape.load_dtype or shape.dtype),
+                                       TensorDesc((*lead, shape.k, shape.n), shape.load_dtype or shape.dtype)),
+                      (TensorDesc((*lead, shape.m, shape.n), shape.out_dtype),), {})
+    program = Program("gemm_plan")
+    emit_gemm(OpContext(record, target, Builder(program, target)), shape, plan, 0, 1, None)
+    return Simulator(target).schedule(program).end_ns
+
+
+def _ranked_plans(shape: TensorEngineGemm, target: NeuronConfig, reserved_bytes: int) -> list[tuple]:
+    """Every plan within the SBUF budget as ``(pipelined key, roofline key, plan)``.
+
+    A plan splits each dimension into blocks of tiles; the tiles are then sized to blocks x
+    tiles per block, so blocking never pads: 3 M tiles in blocks of 2 are 4 tiles of a quarter
+    of M, not 4 tiles of a third of it."""
+    m_tiles, _ = _tiles(shape.m, target.stationary_free_max)
+    k_tiles, tk_even = _tiles(shape.k, min(shape.k_tile or target.pe_rows, target.pe_rows))
+    n_tiles, _ = _tiles(shape.n, target.moving_free_max)
     s, s_out = itemsize(shape.dtype), itemsize(shape.out_dtype)
     s_hbm = itemsize(shape.load_dtype or shape.dtype)
     budget = assumptions.value("gemm.sbuf_budget_fraction") * max(0, target.sbuf_usable_bytes - reserved_bytes)
-    mm_ns = _unit_ns(target, engine="tensor", opcode="nc_matmul", free_size=tn, stationary_free=tm, dtype=shape.dtype)
-    tr_ns = _unit_ns(target, engine="tensor", opcode="nc_transpose", free_size=tm, stationary_free=tk, dtype=shape.dtype)
-    evac_ns = _unit_ns(target, engine="vector", opcode="tensor_tensor", free_size=tn, dtype="float32",
-                       attrs={"psum_input": True})
-    dma_rate = target.dma_bytes_per_s
     first_share = 1.0 if target.vector_scalar_share_psum else 0.5
     a_total, b_total = shape.m * shape.k * s_hbm // shape.a_blocks, shape.k * shape.n * s_hbm // shape.b_reuse
     out_total = shape.m * shape.n * s_out
-    matmuls = shape.batch * m_tiles * k_tiles * n_tiles
-    best = None
+    groups, k_steps = assumptions.value("gemm.max_block_groups"), assumptions.value("gemm.max_k_steps")
+    ranked = []
     for bm_max in _pow2_upto(m_tiles):
         for bn_max in _pow2_upto(n_tiles):
             for bk_max in [k_tiles] + [v for v in _pow2_upto(k_tiles) if v < k_tiles][::-1]:
                 n_mb, n_nb, n_kb = ceil(m_tiles / bm_max), ceil(n_tiles / bn_max), ceil(k_tiles / bk_max)
-                # Even blocks: every block is emitted full, so 49 tiles in blocks of 32 would run 64.
+                # Even blocks: every block is emitted full, its tiles sized to cover the dimension.
                 bm, bn, bk = ceil(m_tiles / n_mb), ceil(n_tiles / n_nb), ceil(k_tiles / n_kb)
+                tm, tn = ceil(shape.m / (n_mb * bm)), ceil(shape.n / (n_nb * bn))
+                # K structured by the caller (conv: channels per tap) keeps its tiles
+                tk = tk_even if shape.k_tile else ceil(shape.k / (n_kb * bk))
+                mt, kt, nt = n_mb * bm, n_kb * bk, n_nb * bn        # tiles emitted
                 a_blk, b_blk = bk * tk * bm * tm * s, bk * tk * bn * tn * s // shape.b_reuse
                 out_blk = bm * tm * bn * tn
                 # (the transposed copies' second buffer, for the step prepared ahead, is not counted:
@@ -132,24 +198,57 @@ def plan_blocked_gemm(shape: TensorEngineGemm, target: NeuronConfig, reserved_by
                              + (out_blk * 4 if n_kb > 1 else 0) + 2 * out_blk * s_out)
                 if footprint > budget and not (bm == bn == bk == 1):
                     continue
+                mm_ns, tr_ns, evac_ns = _tile_costs(target, shape.dtype, tm, tk, tn)
                 for m_outer in (True, False):
                     if n_kb == 1:
                         a_loads, b_loads = (1, n_mb) if m_outer else (n_nb, 1)
                     else:
                         a_loads, b_loads = n_nb, n_mb
                     traffic = shape.batch * (a_total * a_loads + b_total * b_loads + out_total)
-                    transposes = shape.batch * (m_tiles * k_tiles * a_loads * shape.a_transposed
-                                                + n_tiles * k_tiles * b_loads * shape.b_transposed)
-                    tensor = matmuls * mm_ns + transposes * tr_ns
-                    # First-pass evacuations alternate VectorE/ScalarE (unless they share the PSUM
-                    # port); K-block accumulations are VectorE adds.
-                    evac = shape.batch * m_tiles * n_tiles * (n_kb - 1 + first_share) * evac_ns
-                    est = max(tensor, traffic / dma_rate * 1e9, evac)
-                    key = (max(0, shape.min_blocks - shape.batch * n_nb), est, traffic, n_kb, -bm * bn)
-                    if best is None or key < best[0]:
-                        best = (key, BlockedGemmPlan(tm, tk, tn, m_tiles, k_tiles, n_tiles, bm, bk, bn, m_outer,
-                                                     int(traffic), int(footprint), est))
-    return best[1]
+                    transposes = shape.batch * (mt * kt * a_loads * shape.a_transposed
+                                                + nt * kt * b_loads * shape.b_transposed)
+                    tensor = shape.batch * mt * kt * nt * mm_ns + transposes * tr_ns
+                    # First-pass evacuations and the transposed blocks' copies out of PSUM
+                    # alternate VectorE/ScalarE (unless they share the PSUM port); K-block
+                    # accumulations are VectorE adds.
+                    a_blocks, b_blocks = shape.batch * a_loads * n_mb * n_kb, shape.batch * b_loads * n_nb * n_kb
+                    copies = (a_blocks * shape.a_transposed * _psum_copy_ns(target, bm * bk, tm, tk)
+                              + b_blocks * shape.b_transposed * _psum_copy_ns(target, bn * bk * ceil(tn / tk), tk, tk))
+                    evac = shape.batch * mt * nt * (n_kb - 1 + first_share) * evac_ns + first_share * copies
+                    # DMA: every engine's busy time (descriptor costs and engine spread included)
+                    # shared by all engines.
+                    a_rows, a_row = _block_rows(shape, "a", bm * tm, bk, tk, s_hbm)
+                    b_rows, b_row = _block_rows(shape, "b", bn * tn, bk, tk, s_hbm)
+                    dma = (a_blocks * _dma_busy_ns(target, a_blk * s_hbm // s // shape.a_blocks, a_rows, a_row, "hbm", "sbuf")
+                           + b_blocks * _dma_busy_ns(target, max(int(b_blk / shape.b_copies * s_hbm / s), b_blk),
+                                                     b_rows, b_row, "hbm", "sbuf")
+                           + shape.batch * n_mb * n_nb * _dma_busy_ns(target, out_blk * s_out, bm * tm, bn * tn * s_out,
+                                                                      "sbuf", "hbm")
+                           ) / target.dma_engines
+                    stages = (tensor, dma, evac)
+                    roofline = max(stages)
+                    # Steps run as a pipeline (loads of one step overlap the matmuls and
+                    # evacuations of the one before): the slowest stage, plus the other stages'
+                    # share of one step for the fill and drain (a single block overlaps nothing).
+                    # Double buffering closes a cycle every two steps: a step's loads wait for the
+                    # matmuls two steps back, then the DMA start latency, the loads and the matmuls.
+                    steps = min(shape.batch * n_mb * n_nb, groups) * min(n_kb, k_steps)
+                    cycle = (steps * target.dma_fixed_latency_ns + dma + tensor) / 2
+                    pipelined = max(roofline, cycle) + (sum(stages) - roofline) / steps
+                    short = max(0, shape.min_blocks - shape.batch * n_nb)
+                    plan = BlockedGemmPlan(tm, tk, tn, mt, kt, nt, bm, bk, bn, m_outer, int(traffic), int(footprint),
+                                           pipelined)
+                    ranked.append(((short, pipelined, traffic, n_kb, -bm * bn, len(ranked)),
+                                   (short, roofline, traffic, n_kb, -bm * bn, len(ranked)), plan))
+    return ranked
+
+
+def _tile_costs(target: NeuronConfig, dtype: str, tm: int, tk: int, tn: int) -> tuple[float, float, float]:
+    """ns of one matmul, one transpose and one PSUM evacuation of a (tm, tk, tn) tile."""
+    return (_unit_ns(target, engine="tensor", opcode="nc_matmul", free_size=tn, stationary_free=tm, dtype=dtype),
+            _unit_ns(target, engine="tensor", opcode="nc_transpose", free_size=tm, stationary_free=tk, dtype=dtype),
+            _unit_ns(target, engine="vector", opcode="tensor_tensor", free_size=tn, dtype="float32",
+                     attrs={"psum_input": True}))
 
 
 def emit_gemm(ctx: OpContext, shape: TensorEngineGemm, plan: BlockedGemmPlan, a: int, b: int,
@@ -192,8 +291,8 @@ def emit_gemm(ctx: OpContext, shape: TensorEngineGemm, plan: BlockedGemmPlan, a:
     start, ready_a, ready_b = 0, ctx.ready_deps(a), ctx.ready_deps(b)
     ready_a_step, ready_b_step = ready_a, ready_b
     # Rows and row bytes as an operand block arrives: K-contiguous operands come row-wise.
-    a_rows, a_row = (plan.bm * tm, plan.bk * tk * s_hbm) if shape.a_transposed else (plan.bk * tk, plan.bm * tm * s_hbm)
-    b_rows, b_row = (plan.bn * tn, plan.bk * tk * s_hbm) if shape.b_transposed else (plan.bk * tk, plan.bn * tn * s_hbm)
+    a_rows, a_row = _block_rows(shape, "a", plan.bm * tm, plan.bk, tk, s_hbm)
+    b_rows, b_row = _block_rows(shape, "b", plan.bn * tn, plan.bk, tk, s_hbm)
     cast = s_hbm / s                # HBM bytes per SBUF byte of an operand block
     steps = []                    # (group, blocks in it, A loads, B loads, K group, K blocks in it)
     for g, r in enumerate(split_even(blocks, assumptions.value("gemm.max_block_groups"))):

@@ -120,16 +120,19 @@ def _embedding_bag(ctx: OpContext) -> None:
     """Gather every indexed row, then reduce each bag's rows on VectorE (bags on partitions)."""
     weight, indices, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
     dim = weight.shape[-1] if weight.shape else 1
-    rows = indirect_copy(ctx, index=1, count=max(1, indices.numel), slice_bytes=dim * weight.itemsize, table=0)
-    bags = max(1, out.numel // dim)
+    bags = max(1, out.numel // dim) if dim else 1
     parts = min(ctx.target.partitions, bags)
-    per_bag = ceil(indices.numel / bags)
-    alu = "max" if int(ctx.attrs.get("mode", 0) or 0) == 2 else "add"
-    red = ctx.builder.compute("vector", "tensor_reduce", free_size=per_bag * dim, partitions=parts, dtype=weight.dtype,
-                        deps=(rows,), repeat=ceil(bags / parts), out_free=dim, alu=alu, flops=per_bag * dim)
-    if ctx.out_to_hbm[0]:
-        ctx.builder.dma(out.nbytes, src="sbuf", dst="hbm", partitions=parts, row_bytes=dim * out.itemsize, deps=(red,))
-    ctx.set_ready(0, (red,))
+    if out.numel:           # a table of empty rows leaves only the index bookkeeping below
+        rows = indirect_copy(ctx, index=1, count=max(1, indices.numel), slice_bytes=dim * weight.itemsize, table=0)
+        per_bag = ceil(indices.numel / bags)
+        alu = "max" if int(ctx.attrs.get("mode", 0) or 0) == 2 else "add"
+        red = ctx.builder.compute("vector", "tensor_reduce", free_size=per_bag * dim, partitions=parts,
+                                  dtype=weight.dtype, deps=(rows,), repeat=ceil(bags / parts), out_free=dim, alu=alu,
+                                  flops=per_bag * dim)
+        if ctx.out_to_hbm[0]:
+            ctx.builder.dma(out.nbytes, src="sbuf", dst="hbm", partitions=parts, row_bytes=dim * out.itemsize,
+                            deps=(red,))
+        ctx.set_ready(0, (red,))
     # offset2bag, bag sizes, max indices: index bookkeeping from the offsets on GpSimdE
     book = [(k, o) for k, o in enumerate(ctx.outputs) if k and o.numel]
     if book:

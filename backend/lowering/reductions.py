@@ -153,7 +153,7 @@ def _accumulates_slices(ctx: OpContext, x: TensorDesc, dims: tuple, reduced: int
         return False
     add = Instruction("vector", "tensor_tensor", free_size=free, dtype=x.dtype, attrs={"alu": "add"})
     vector_ns = tiles * (reduced - 1) * instruction_ns(add, t)
-    n = min(512, inner)
+    n = min(t.moving_free_max, inner)       # one nc_matmul's largest moving free size (ISA)
     ones = Instruction("tensor", "nc_matmul", partitions=min(t.partitions, reduced), free_size=n, stationary_free=1,
                        dtype=x.dtype)
     tensor_ns = ceil(reduced / t.partitions) * ceil(x.numel // reduced / n) * instruction_ns(ones, t)

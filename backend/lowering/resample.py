@@ -101,7 +101,7 @@ def _grid_points(ctx: OpContext, x, grid, points: int) -> tuple[int, int, tuple]
 @lowering("aten::grid_sampler_2d", "aten::grid_sampler_3d")
 def _grid_sample(ctx: OpContext) -> None:
     x, grid, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
-    points = max(1, grid.numel // grid.shape[-1])
+    points = max(1, grid.numel // max(1, grid.shape[-1]))
     count, slice_bytes, deps = _grid_points(ctx, x, grid, points)
     gather = indirect_copy(ctx, index=None, count=count, slice_bytes=slice_bytes, table=0, after=deps)
     corners = GRID_CORNERS.get(int(ctx.attrs.get("interpolation_mode", 0) or 0), 4)
@@ -119,7 +119,7 @@ def _grid_sample(ctx: OpContext) -> None:
 def _grid_sample_backward(ctx: OpContext) -> None:
     """grad_input: weighted corner gradients scatter-added; grad_grid: corner values gathered again."""
     g, x, grid = ctx.inputs[:3]
-    points = max(1, grid.numel // grid.shape[-1])
+    points = max(1, grid.numel // max(1, grid.shape[-1]))
     count, slice_bytes, deps = _grid_points(ctx, x, grid, points)
     parts = min(ctx.target.partitions, g.numel)
     load = ctx.ready_deps(0) or (ctx.builder.dma(g.nbytes, src="hbm", dst="sbuf", partitions=parts,

@@ -168,7 +168,9 @@ def _searchsorted(ctx: OpContext):
     steps = max(1, ceil(log2(m + 1)))
     per_row = bounds.numel > m              # batched boundaries: each value row has its own
     parts = min(ctx.target.partitions, max(1, values.numel))
-    per_part = min(ceil(max(1, values.numel) / parts), 4096)     # values per partition per tile
+    # values per partition per tile: a streamed tile of values (assumption stream.tile_bytes_per_partition)
+    per_part = min(ceil(max(1, values.numel) / parts),
+                   assumptions.value("stream.tile_bytes_per_partition") // values.itemsize)
     tiles = ceil(max(1, values.numel) / (parts * per_part))
     row = TileIO(b_i, parts * m * bounds.itemsize, m * bounds.itemsize, parts, once=not per_row,
                  hbm_bytes=None if per_row else bounds.nbytes)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
-from backend.sim.spec import ASSUMPTION
+from backend.sim.spec import ASSUMPTION, check_plausible
 
 __all__ = ["Assumption", "ASSUMPTIONS", "value", "overridden", "registered", "on_change", "cached",
            "table"]
@@ -38,13 +38,7 @@ class Assumption:
     integer: bool = False           # counts and sizes: range ends are rounded to whole numbers
 
     def __post_init__(self) -> None:
-        if self.source.startswith(ASSUMPTION):
-            if self.plausible is None:
-                raise TypeError(f"assumption {self.name!r} needs a plausible (low, high) range")
-            low, high = self.plausible
-            if not low <= self.value <= high:
-                raise ValueError(f"assumption {self.name!r}: value {self.value} outside its plausible "
-                                 f"range {self.plausible}")
+        check_plausible(f"assumption {self.name!r}", self.value, self.source, self.plausible)
 
     @property
     def is_assumption(self) -> bool:
@@ -79,6 +73,10 @@ _register("gemm.max_psum_groups_per_step", 8, "groups", plausible=(4, 16), integ
 _register("gemm.psum_tiles_per_group", 4, "tiles", plausible=(2, 4), integer=True,
           why="output tiles accumulated per PSUM group; two groups in flight fill the 8 banks, so 4 is "
               "the most that fits and 2 a more conservative compiler")
+_register("gemm.simulated_plans", 4, "plans per estimate", plausible=(1, 8), integer=True,
+          why="blocking plans the planner times by simulation, the best this many by each of its two "
+              "closed-form estimates (pipelined, roofline), as an autotuner times a few variants; 1 "
+              "trusts the estimates, more finds the fastest plan more often at more planning cost")
 
 # -- streamed tile pipelines (backend/lowering/stream.py, kernel.py, attention.py) ---------------
 _register("stream.tile_bytes_per_partition", 8 * 1024, "B", plausible=(4 * 1024, 16 * 1024), integer=True,

@@ -105,3 +105,14 @@ class Program:
     @property
     def hardware_instruction_count(self) -> int:
         return sum(i.repeat for i in self.instructions)
+
+    def __repr__(self) -> str:
+        """``Program('aten::mm', op: tensor nc_matmul x64, dma dma_copy x12, ...; 2.1 MiB DMA)``:
+        hardware instructions per engine and opcode, in first-use order."""
+        counts: dict[tuple[str, str], int] = {}
+        for instr in self.instructions:
+            counts[instr.engine, instr.opcode] = counts.get((instr.engine, instr.opcode), 0) + instr.repeat
+        body = ", ".join(f"{engine} {opcode} x{n}" for (engine, opcode), n in counts.items()) or "no instructions"
+        moved = sum(i.nbytes for i in self.instructions if i.engine == "dma")
+        dma = f"; {moved / 2**20:.3g} MiB DMA" if moved else ""
+        return f"Program({self.name!r}, {self.kind}: {body}{dma})"

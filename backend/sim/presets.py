@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+from backend.sim.hardware_kinds import KINDS
 from backend.sim.spec import ASSUMPTION, HardwareConfig, spec
 
 __all__ = ["NeuronConfig", "TARGETS", "DEFAULT_NEURON_TARGET", "DEFAULT_GPU_TARGET", "DEFAULT_TPU_TARGET",
@@ -24,10 +25,11 @@ __all__ = ["NeuronConfig", "TARGETS", "DEFAULT_NEURON_TARGET", "DEFAULT_GPU_TARG
 
 KiB, MiB, GiB = 1024, 1024 ** 2, 1024 ** 3
 
-DEFAULT_NEURON_TARGET = "trn2"
-DEFAULT_GPU_TARGET = "h100"
-DEFAULT_TPU_TARGET = "v6e"
-DEFAULT_TARGETS = {"neuron": DEFAULT_NEURON_TARGET, "gpu": DEFAULT_GPU_TARGET, "tpu": DEFAULT_TPU_TARGET}
+# The default of each kind is named once, in backend.sim.kinds.
+DEFAULT_TARGETS = {name: k.default_target for name, k in KINDS.items()}
+DEFAULT_NEURON_TARGET = DEFAULT_TARGETS["neuron"]
+DEFAULT_GPU_TARGET = DEFAULT_TARGETS["gpu"]
+DEFAULT_TPU_TARGET = DEFAULT_TARGETS["tpu"]
 
 ARCH_V2 = "nki/guides/architecture/trainium_inferentia2_arch"
 ARCH_V3 = "nki/guides/architecture/trainium2_arch"
@@ -224,16 +226,19 @@ TRN3 = NeuronConfig.cited(
 
 TARGETS: dict[str, NeuronConfig] = {c.name: c for c in (TRN1, TRN2, TRN3)}
 
-# -- the registry of every kind ---------------------------------------------------------------
-# kind -> (module, attribute) holding its presets. Imported on first lookup, so importing
-# backend.sim pulls in no other cost model and no preset module has to import this one first.
-_PRESET_TABLES = {"neuron": (__name__, "TARGETS"), "gpu": ("backend.sim.gpu.presets", "PRESETS"),
-                  "tpu": ("backend.sim.tpu.presets", "PRESETS")}
+# -- every kind's presets ----------------------------------------------------------------------
+# kind -> (module, attribute) holding its presets (backend.sim.kinds). Imported on first lookup, so
+# importing backend.sim pulls in no other cost model and no preset module has to import this one first.
+_PRESET_TABLES = {name: k.presets for name, k in KINDS.items()}
 
 
 def kinds() -> tuple[str, ...]:
     """The kinds of hardware with presets, e.g. ``("neuron", "gpu", "tpu")``."""
     return tuple(_PRESET_TABLES)
+
+
+# The simulated device that runs each kind of target.
+_DEVICE_OF_KIND = {"neuron": "neuron", "gpu": "cuda", "tpu": "tpu"}
 
 
 def _check_kind(kind: str | None) -> None:
@@ -262,7 +267,11 @@ def get_target(target: str | HardwareConfig | None = None, kind: str | None = No
         target = DEFAULT_TARGETS[kind or "neuron"]
     config = target if isinstance(target, HardwareConfig) else _named(str(target).lower())
     if config is None or (kind is not None and config.kind != kind):
-        mismatch = f" ({config.name!r} is a {config.kind} target)" if config is not None else ""
+        mismatch = ""
+        if config is not None:
+            device = _DEVICE_OF_KIND.get(config.kind, config.kind)
+            mismatch = (f" ({config.name!r} is a {config.kind} target: select it on the {device!r} device, "
+                        f"e.g. wb.set_device({device!r}, {config.name!r}))")
         raise ValueError(f"unknown target {target if config is None else config.name!r}; known{f' {kind}' if kind else ''} "
                          f"targets: {', '.join(sorted(list_presets(kind)))}{mismatch}")
     return config

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from backend.sim.checks import non_negative, positive, positive_int
 from backend.sim.presets import get_target
 from backend.sim.spec import ASSUMPTION, HardwareConfig, format_quantity, spec
 
@@ -46,9 +47,9 @@ class InstancePrice(HardwareConfig):
     price_date: str = spec("", unit="", source=_LIST, help="when the price was read (YYYY-MM)")
 
     def __post_init__(self) -> None:
-        if self.chips < 1 or self.usd_per_hour < 0:
-            raise ValueError(f"InstancePrice {self.name!r}: chips must be >= 1 and usd_per_hour >= 0, "
-                             f"got {self.chips} and {self.usd_per_hour}")
+        # A NaN, infinite, zero or negative price would turn into "nan% fewer tokens per dollar".
+        positive_int(f"chips of {self.name}", self.chips)
+        positive(f"usd_per_hour of {self.name}", self.usd_per_hour)
 
     @property
     def price_source(self) -> str:
@@ -66,7 +67,8 @@ class InstancePrice(HardwareConfig):
 
     def charge(self, seconds: float, devices: int = 1) -> float:
         """USD for ``devices`` simulated devices held ``seconds`` (the per-device share rule)."""
-        if not 1 <= devices <= self.devices:
+        seconds = non_negative("seconds", seconds)
+        if not 1 <= positive_int("devices", devices) <= self.devices:
             raise ValueError(f"{self.name} has {self.devices} devices; cannot charge {devices}")
         return self.usd_per_device_hour * devices * seconds / 3600.0
 
@@ -89,7 +91,7 @@ _STOCK = (
         chips=(8, "aws.amazon.com/ec2/instance-types/p5"),
         usd_per_hour=(55.04, f"{ASSUMPTION}: $98.32/hr before the cut (factualminds.com) x 0.56 after "
                              f"{_AWS_CUT}; plausible $39.33 (Capacity Block rate, "
-                             "aws.amazon.com/ec2/capacityblocks/pricing) .. $98.32"),
+                             "aws.amazon.com/ec2/capacityblocks/pricing) .. $98.32", (39.33, 98.32)),
         price_date=("2025-06", "date of the cut")),
     InstancePrice.cited(
         "trn1.32xlarge", provider=("aws", "aws.amazon.com/ec2/instance-types/trn1"),
@@ -102,7 +104,7 @@ _STOCK = (
         accelerator=("trn2", "awsdocs-neuron about-neuron/arch/neuron-hardware/trn2-arch (16 Trainium2 chips)"),
         chips=(16, "awsdocs-neuron about-neuron/arch/neuron-hardware/trn2-arch"),
         usd_per_hour=(45.0, f"{ASSUMPTION}: no stored page prints the on-demand price; plausible $30 .. $60 "
-                            "(between trn1.32xlarge and the pre-cut p5.48xlarge per chip)"),
+                            "(between trn1.32xlarge and the pre-cut p5.48xlarge per chip)", (30.0, 60.0)),
         price_date=("2025-06", "assumed")),
     InstancePrice.cited(
         "tpu-v5e", provider=("gcp", "cloud.google.com/tpu/pricing"),
@@ -114,7 +116,8 @@ _STOCK = (
         "tpu-v5p", provider=("gcp", "cloud.google.com/tpu/pricing"),
         accelerator=("v5p", "cloud.google.com/tpu/pricing (per chip-hour)"),
         chips=(1, "cloud.google.com/tpu/pricing lists TPUs per chip-hour"),
-        usd_per_hour=(4.20, f"{ASSUMPTION}: no stored page prints it; plausible $3.50 .. $4.50 per chip-hour"),
+        usd_per_hour=(4.20, f"{ASSUMPTION}: no stored page prints it; plausible $3.50 .. $4.50 per chip-hour",
+                      (3.50, 4.50)),
         price_date=("2024-11", "assumed")),
     InstancePrice.cited(
         "tpu-v6e", provider=("gcp", "cloud.google.com/tpu/pricing"),
@@ -148,6 +151,7 @@ def price(name: str | InstancePrice) -> InstancePrice:
 def set_price(name: str, usd_per_hour: float, *, date: str | None = None,
               source: str = "user override") -> InstancePrice:
     """Replace an instance's price (reserved, spot, negotiated) until :func:`reset_prices`."""
+    usd_per_hour = positive("usd_per_hour", usd_per_hour)
     base = price(name)
     was = format_quantity(base.usd_per_hour, "USD/h")
     updated = dataclasses.replace(
@@ -169,14 +173,13 @@ def reset_prices(name: str | None = None) -> None:
 # -- cost arithmetic -----------------------------------------------------------------------------
 def cost_per_step(step_time_s: float, instance: str | InstancePrice, devices: int = 1) -> float:
     """USD one step costs on ``devices`` simulated devices of ``instance``."""
-    return price(instance).charge(step_time_s, devices)
+    return price(instance).charge(positive("step_time_s", step_time_s), devices)
 
 
 def cost_per_million(step_time_s: float, items_per_step: float, instance: str | InstancePrice,
                      devices: int = 1) -> float:
     """USD per one million tokens (or samples) processed at ``items_per_step``."""
-    if items_per_step <= 0:
-        raise ValueError(f"items_per_step must be positive, got {items_per_step}")
+    items_per_step = positive("items_per_step", items_per_step)
     return cost_per_step(step_time_s, instance, devices) / items_per_step * 1e6
 
 
@@ -188,7 +191,8 @@ def items_per_dollar(step_time_s: float, items_per_step: float, instance: str | 
 
 def percent_more_per_dollar(a_items_per_dollar: float, b_items_per_dollar: float) -> float:
     """How many % more items per dollar A gives than B (negative: fewer)."""
-    return (a_items_per_dollar / b_items_per_dollar - 1.0) * 100.0
+    a, b = positive("a_items_per_dollar", a_items_per_dollar), positive("b_items_per_dollar", b_items_per_dollar)
+    return (a / b - 1.0) * 100.0
 
 
 def more_per_dollar(a: "CostEstimate", b: "CostEstimate", unit: str = "tokens") -> str:
@@ -237,6 +241,7 @@ class CostEstimate:
 def estimate(step_time_s: float, items_per_step: float, instance: str | InstancePrice,
              devices: int = 1) -> CostEstimate:
     """Cost of one step of ``items_per_step`` tokens/samples taking ``step_time_s`` on ``instance``."""
+    step_time_s, items_per_step = positive("step_time_s", step_time_s), positive("items_per_step", items_per_step)
     inst = price(instance)
     return CostEstimate(inst.name, inst.accelerator, step_time_s, items_per_step, devices, inst.usd_per_hour,
                         inst.charge(step_time_s, devices), inst.price_date, inst.price_source)

@@ -48,6 +48,10 @@ __all__ = ["Simulator", "Schedule", "engine_tracks"]
 log = logging.getLogger(__name__)
 
 
+def _finish_then_engine(run: tuple) -> tuple:
+    return run[0], run[1]
+
+
 class _Timeline:
     """Busy intervals of one DMA engine or issuing queue, sorted and disjoint; work takes the first gap."""
 
@@ -84,25 +88,24 @@ class _Timeline:
             starts.insert(at, begin)
             ends.insert(at, end)
 
-    def fill(self, ready: float, unit: float, count: int) -> list[tuple[float, float]]:
-        """Pieces ``(begin, end)`` holding ``count`` back-to-back transfers of ``unit`` ns from
-        ``ready`` on, each transfer unbroken but the run taking the gaps it finds: a queue's
-        transfers interleave with other queues' on the same engine."""
-        pieces, left, t = [], count, ready
-        i = bisect_right(self.ends, ready)
-        n = len(self.starts)
-        while left:
-            while i < n and self.starts[i] <= t:
-                t = max(t, self.ends[i])
+    def spread(self, ready: float, duration: float) -> list[tuple[float, float]]:
+        """Pieces ``(begin, end)`` of ``duration`` ns of work from ``ready`` on, taking every gap
+        it finds: the engine serves its queues round robin a descriptor at a time, so a transfer
+        interleaves with other queues' transfers instead of waiting for one unbroken slot."""
+        pieces, left, t = [], duration, ready
+        starts, ends = self.starts, self.ends
+        i, n = bisect_right(ends, ready), len(starts)
+        while True:
+            while i < n and starts[i] <= t:
+                t = max(t, ends[i])
                 i += 1
-            fits = left if i == n else min(left, int((self.starts[i] - t) / unit + 1e-9))
-            if fits:
-                pieces.append((t, t + fits * unit))
-                left -= fits
-            if left:
-                t = self.ends[i]
-                i += 1
-        return pieces
+            if i == n or starts[i] - t >= left:
+                pieces.append((t, t + left))
+                return pieces
+            pieces.append((t, starts[i]))
+            left -= starts[i] - t
+            t = ends[i]
+            i += 1
 
     def reserve_pieces(self, pieces: list[tuple[float, float]]) -> None:
         for begin, end in pieces:
@@ -362,24 +365,42 @@ class Simulator:
         per_engine_bytes = ins.nbytes * ins.repeat // k
         names, add_event, opcode = self._dma_names, events.append, ins.opcode
         end = ready
-        # A run of transfers in one queue takes the gaps each engine has, unless issuing paces
-        # it (one transfer per issue, spaced out: one slot of the issuing time models that).
-        if ins.repeat > 1 and unit_ns > 0 and unit_ns >= issue_ns:
-            runs = sorted((pieces[-1][1], q, pieces) for q, pieces in
-                          ((q, line.fill(trigger, unit_ns, ins.repeat)) for q, line in enumerate(lines)))
-            for finish, q, pieces in runs[:k]:
-                lines[q].reserve_pieces(pieces)
-                end = max(end, finish)
-                busy = moved = 0    # whole bytes per piece, summing to the engine's share
-                for begin, stop in pieces:
-                    busy += stop - begin
-                    share = round(per_engine_bytes * busy / duration) - moved
-                    moved += share
-                    add_event((begin, stop, names[q], opcode, share, 0))
-            return end
-        # Hot path (every DMA scans all 16 engines): an engine whose last transfer ends by the
-        # trigger is idle from then on, so its slot is (trigger, append at the end) without a
-        # gap search. Flat (begin, at, q) tuples sort exactly like ((begin, at), q).
+        if ins.repeat > 1 and unit_ns < issue_ns:
+            return self._paced_dma(trigger, duration, k, per_engine_bytes, lines, events, opcode, end)
+        # A transfer, or a run of them in one queue, takes the gaps each engine has: the engine
+        # serves its queues round robin, so it interleaves with transfers placed earlier. Hot
+        # path (every DMA scans all 16 engines): an engine whose last transfer ends by the
+        # trigger is idle from then on, so it needs no gap search.
+        runs = []
+        for q, line in enumerate(lines):
+            ends = line.ends
+            if not ends or ends[-1] <= trigger or duration <= 0:
+                runs.append((trigger + duration, q, None))
+            else:
+                pieces = line.spread(trigger, duration)
+                runs.append((pieces[-1][1], q, pieces))
+        runs.sort(key=_finish_then_engine)
+        for finish, q, pieces in runs[:k]:
+            if finish > end:
+                end = finish
+            if pieces is None:
+                lines[q].reserve(trigger, duration, len(lines[q].ends))
+                add_event((trigger, finish, names[q], opcode, per_engine_bytes, 0))
+                continue
+            lines[q].reserve_pieces(pieces)
+            busy = moved = 0    # whole bytes per piece, summing to the engine's share
+            for begin, stop in pieces:
+                busy += stop - begin
+                share = round(per_engine_bytes * busy / duration) - moved
+                moved += share
+                add_event((begin, stop, names[q], opcode, share, 0))
+        return end
+
+    @staticmethod
+    def _paced_dma(trigger: float, duration: float, k: int, per_engine_bytes: int, lines: list, events: list,
+                   opcode: str, end: float) -> float:
+        """A run paced by issuing (each transfer shorter than its issue): its transfers are spaced
+        out over ``duration``, which one unbroken slot per engine models."""
         slots = []
         for q, line in enumerate(lines):
             ends = line.ends
@@ -393,5 +414,5 @@ class Simulator:
             finish = begin + duration
             if finish > end:
                 end = finish
-            add_event((begin, finish, names[q], opcode, per_engine_bytes, 0))
+            events.append((begin, finish, f"dma{q}", opcode, per_engine_bytes, 0))
         return end

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar, Mapping
 
-__all__ = ["ASSUMPTION", "spec", "FieldInfo", "HardwareConfig", "format_quantity"]
+__all__ = ["ASSUMPTION", "spec", "check_plausible", "FieldInfo", "HardwareConfig", "format_quantity"]
 
 ASSUMPTION = "ASSUMPTION"
 
@@ -26,6 +26,18 @@ def spec(default: Any = MISSING, *, unit: str, source: str, help: str,
         raise TypeError(f"an {ASSUMPTION} needs a plausible (low, high) range: {source!r}")
     metadata = {"unit": unit, "source": source, "help": help, "plausible": plausible}
     return field(default=default, metadata=metadata)
+
+
+def check_plausible(what: str, value: float, source: str, plausible: tuple[float, float] | None) -> None:
+    """Raise unless an ``ASSUMPTION`` (by its ``source``) has a plausible range that holds ``value``;
+    cited values pass."""
+    if not source.startswith(ASSUMPTION):
+        return
+    if plausible is None:
+        raise TypeError(f"{what}: an {ASSUMPTION} needs a plausible (low, high) range")
+    low, high = plausible
+    if not low <= value <= high:
+        raise ValueError(f"{what} = {value} lies outside its plausible range {plausible}")
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,9 @@ class HardwareConfig:
     # Per-preset sources where they differ from the field's default one (see ``cited``).
     sources: Mapping[str, str] = field(default_factory=dict, kw_only=True, repr=False,
                                        compare=False, hash=False)
+    # Per-preset plausible ranges of ASSUMPTION values whose range differs from the field's.
+    ranges: Mapping[str, tuple] = field(default_factory=dict, kw_only=True, repr=False,
+                                        compare=False, hash=False)
     # What-if changes relative to the preset this one was derived from, as (field, value) pairs.
     changes: tuple[tuple[str, Any], ...] = field(default=(), kw_only=True, repr=False, compare=False)
 
@@ -92,18 +107,31 @@ class HardwareConfig:
                          f"{', '.join(f.name for f in cls.spec_fields())}")
 
     @classmethod
-    def cited(cls, name: str, **cited_values: tuple[Any, str]):
-        """A preset from ``field=(value, source)`` pairs; other fields keep their defaults."""
-        for key in cited_values:
+    def cited(cls, name: str, **cited_values: tuple):
+        """A preset from ``field=(value, source)`` pairs, or ``(value, source, plausible)`` for an
+        ASSUMPTION whose range differs from the field's; other fields keep their defaults. Every
+        ASSUMPTION value must lie in its plausible range."""
+        for key, entry in cited_values.items():
             cls._spec_field(key)
-        return cls(name=name, sources={k: src for k, (_, src) in cited_values.items()},
-                   **{k: value for k, (value, _) in cited_values.items()})
+            if len(entry) not in (2, 3):
+                raise TypeError(f"{cls.__name__}.cited({key}=...): expected (value, source[, plausible])")
+        config = cls(name=name, sources={k: entry[1] for k, entry in cited_values.items()},
+                     ranges={k: tuple(entry[2]) for k, entry in cited_values.items() if len(entry) == 3},
+                     **{k: entry[0] for k, entry in cited_values.items()})
+        config.check_ranges()
+        return config
+
+    def check_ranges(self) -> None:
+        """Raise if an ASSUMPTION lacks a range or lies outside it."""
+        for f in self.spec_fields():
+            row = self.info(f.name)
+            check_plausible(f"{self.name}.{f.name}", row.value, row.source, row.plausible)
 
     def info(self, name: str) -> FieldInfo:
         f = self._spec_field(name)
-        return FieldInfo(name, getattr(self, name), f.metadata["unit"],
-                         self.sources.get(name, f.metadata["source"]), f.metadata["help"],
-                         f.metadata["plausible"])
+        source = self.sources.get(name, f.metadata["source"])
+        plausible = self.ranges.get(name, f.metadata["plausible"]) if source.startswith(ASSUMPTION) else None
+        return FieldInfo(name, getattr(self, name), f.metadata["unit"], source, f.metadata["help"], plausible)
 
     def source(self, name: str) -> str:
         """Where this preset's value of ``name`` comes from."""

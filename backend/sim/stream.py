@@ -4,13 +4,17 @@ Work runs back to back on one stream: each costed op or kernel becomes an :class
 starting where the previous one ended, with one :class:`InstructionEvent` per busy track.
 Host<->device transfers pay an issue overhead, then copy over the host link on the ``copy``
 track. Subclasses set ``engines``, build ``self._trace`` and say what a copy costs.
+Collectives run on their own lane (``self._lane``, a :class:`CollectiveLane` the subclass makes
+in ``reset``) beside the compute stream, which waits for them only where a record says so.
 
 A session made with ``keep_workload`` remembers what it was fed, so the run can be replayed on
 another config (``replay_ns``: what-ifs and ``backend.sim.sensitivity`` error bands).
 """
 from __future__ import annotations
 
+from backend.sim.collectives import collective_cost
 from backend.sim.descriptors import OpRecord, TensorDesc
+from backend.sim.overlap import WAIT_OP, WAITS_FOR, CollectiveLane
 from backend.sim.trace import InstructionEvent, OpSummary, Trace
 
 __all__ = ["StreamTimeline", "describe_shapes"]
@@ -27,6 +31,7 @@ class StreamTimeline:
     engines: tuple[str, ...] = ()
     _trace: Trace
     _now_ns: float
+    _lane: CollectiveLane
     workload: list | None = None     # (method name, args, kwargs) per call, with keep_workload
 
     def _keep(self, method: str, *args, **kwargs) -> None:
@@ -77,6 +82,34 @@ class StreamTimeline:
         summary.source = source
         summary.input_shapes = "; ".join(describe_shapes(r.inputs) for r in work)
         summary.output_shapes = "; ".join(describe_shapes(r.outputs) for r in work)
+
+    def _await_collectives(self, record: OpRecord) -> bool:
+        """Make the compute stream wait for the collectives ``record`` waits for; True when the
+        record is only that wait (``Work.wait()``), with nothing more to cost."""
+        waits = record.attrs.get(WAITS_FOR)
+        if waits:
+            until_ns = self._lane.until(waits)
+            if until_ns > self._now_ns:
+                self._trace.add_wait(self._now_ns, until_ns)
+                self._now_ns = until_ns
+        return record.name == WAIT_OP
+
+    def _feed_collective(self, record: OpRecord, ready_ns: float) -> None:
+        """A collective on the lane: it starts once its data is ready (``ready_ns``) and the lane
+        is free, priced on its topology; the compute stream goes on."""
+        attrs = record.attrs
+        cost = collective_cost(attrs["collective"], attrs["nbytes"], attrs["ranks"], attrs.get("topology"),
+                               attrs.get("algorithm", "auto"))
+        start = self._lane.start(ready_ns)
+        summary = self._summary(record.name, "op", record, start + cost.time_ns)
+        summary.start_ns = start
+        summary.busy_ns = {"collective": cost.time_ns}
+        summary.instruction_count = 1
+        if "collective" not in self._trace.engines:
+            self._trace.engines = (*self._trace.engines, "collective")   # the lane appears with its first collective
+        self._event(start, cost.time_ns, "collective", cost.collective, summary.op_index, cost.nbytes)
+        self._trace.add_op(summary)
+        self._lane.finish(record.index, summary.end_ns)
 
     def _feed_transfer(self, record: OpRecord, copy_start_ns: float) -> None:
         """A host<->device copy starting at ``copy_start_ns`` (after its host-side overhead); its

@@ -88,7 +88,8 @@ TOPOLOGIES: dict[str, Topology] = {t.name: t for t in (
         devices_per_node=(16, _SCALE_OUT + ": Trn2 UltraServer = 4 trn2.48xlarge instances of 16 chips"),
         inter_bytes_per_s=(128e9, _SCALE_OUT + ": NeuronLink-v3 across the 4 instances, 256 GB/s per chip "
                                                "inter-instance (both directions) / 2"),
-        inter_latency_ns=(2000.0, ASSUMPTION + ": NeuronLink between instances, as inside one"),
+        inter_latency_ns=(2000.0, ASSUMPTION + ": NeuronLink between instances, as inside one (the range of "
+                                                 "intra_latency_ns, not the network's)", (500.0, 5000.0)),
         max_nodes=(4, _SCALE_OUT + ": 64 Trainium2 chips in 4 instances")),
     _gpu_node("dgx-a100", "a100", 300e9, _SCALE_OUT + ": NVLink3 600 GB/s per GPU (both directions) / 2",
               25e9, _A100_NET),

@@ -18,9 +18,11 @@ __all__ = ["InstructionEvent", "OpSummary", "Trace", "merge_traces", "engine_cla
 # Engine classes used for per-engine busy time. DMA queues are named "dma<q>" in events and
 # rolled up as "dma". The GPU model uses "tensor_core", "cuda_core", "hbm" and "copy".
 ENGINE_CLASSES = ("tensor", "vector", "scalar", "gpsimd", "dma", "host")
-# Memory-traffic counters an OpSummary carries (and simulator instructions report).
+# Memory-traffic counters an OpSummary carries (and simulator instructions report), per level:
+# HBM, and on chip SBUF and PSUM (NeuronCore) or L2 (GPU). Each level has its own bandwidth,
+# so bytes are reported where they are served, never as HBM bytes when they are not.
 TRAFFIC_FIELDS = ("hbm_read_bytes", "hbm_write_bytes", "sbuf_read_bytes", "sbuf_write_bytes",
-                  "psum_read_bytes", "psum_write_bytes")
+                  "psum_read_bytes", "psum_write_bytes", "l2_read_bytes", "l2_write_bytes")
 
 
 def engine_class(engine: str) -> str:
@@ -43,8 +45,7 @@ class InstructionEvent:
         return self.end_ns - self.start_ns
 
 
-_SUMMED_FIELDS = ("hbm_read_bytes", "hbm_write_bytes", "sbuf_read_bytes", "sbuf_write_bytes",
-                  "psum_read_bytes", "psum_write_bytes", "flops", "instruction_count",
+_SUMMED_FIELDS = (*TRAFFIC_FIELDS, "flops", "instruction_count",
                   "hardware_flops", "spill_bytes", "launch_overhead_ns", "count")
 
 
@@ -79,6 +80,9 @@ class OpSummary:
     launch_overhead_ns: float = 0.0
     count: int = 1                  # ops this row stands for (>1 once a long run is aggregated)
     folded_time_ns: float = 0.0     # folded rows: their ops' times summed (the span has gaps)
+    # GPU: bytes served by L2, not HBM (last, so rows built positionally keep their fields)
+    l2_read_bytes: int = 0
+    l2_write_bytes: int = 0
 
     def absorb(self, other: "OpSummary") -> None:
         """Fold another op of the same name into this row (long runs stay bounded)."""
@@ -269,6 +273,8 @@ class Trace:
             "sbuf_write_bytes": sum(op.sbuf_write_bytes for op in self.ops),
             "psum_read_bytes": sum(op.psum_read_bytes for op in self.ops),
             "psum_write_bytes": sum(op.psum_write_bytes for op in self.ops),
+            "l2_read_bytes": sum(op.l2_read_bytes for op in self.ops),
+            "l2_write_bytes": sum(op.l2_write_bytes for op in self.ops),
             "tensor_engine_active_time_percent": pct(tensor_busy),
             "vector_engine_active_time_percent": pct(busy.get("vector", busy.get("cuda_core", 0.0))),
             "scalar_engine_active_time_percent": pct(busy.get("scalar", 0.0)),

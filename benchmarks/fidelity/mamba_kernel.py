@@ -1,34 +1,33 @@
-"""The NKI fused-Mamba tutorial's kernels (``mamba_v1``/``v2``/``v3``) as instruction streams.
+"""The NKI fused-Mamba tutorial's kernels (``mamba_v1``/``v2``/``v3``), run from their source.
 
 The tutorial (NKI docs, "Fused Mamba") publishes device latencies of its three kernels at four
-shapes; each is written out here loop by loop, one instruction per NKI call, from the same cost
-formulas and scheduler as every other row. Per (channel tile, state[, seq tile]) iteration:
-
-- ScalarE ``activation(exp, delta_i, scale=A_i)`` (steps 1-2 folded, as the tutorial does);
-- two partition broadcasts of a [1, seq] row (``B_i``, ``C_i``) on TensorE into PSUM: the
-  tutorial's own mapping ("p-dim broadcast ... requires a separate instruction on TensorE");
-- VectorE ``deltaU = delta_i * u_i`` (both SBUF, fp32: 2N), ``deltaBu = deltaU * B_bcast``
-  and ``scanC = scan * C_bcast`` (one input in PSUM: N), ``tensor_tensor_scan`` (2N) and the
-  ``scanC_accum += scanC`` accumulation (2N), costed by the ISA formulas in ``costs/vector.py``.
+shapes; each kernel runs as published (``nki_tutorials.mamba``, NKI Beta 1) through the NKI
+front end, one instruction per NKI call, from the same cost formulas and scheduler as every
+other row. The front end maps the calls as the tutorial describes them: ``activation(exp,
+delta_i, scale=A_i)`` on ScalarE, the partition broadcasts of the [1, seq] ``B_i`` / ``C_i`` rows
+on TensorE into PSUM (so the products with them read one input from PSUM: N cycles), the fp32
+SBUF x SBUF products, the scan and the accumulation at 2N on VectorE.
 
 What the tutorial leaves to the compiler is bracketed, not chosen: in v2 and v3 ``deltaU`` does
 not depend on the state, and its inputs are loaded outside the state loop, so the compiler may
-hoist it (low end) or run it per state as written (high end). In v1 the inputs are reloaded
-inside the loop (the tutorial's profile warns about the reloads), so there is nothing to hoist.
-Loads carry no dependencies: every loop is ``affine_range`` (v3's seq loop is ``static_range``
-with the scan carried through ``initial``), so tiles may be fetched ahead of their use.
+hoist it (low end: the front end's ``hoist``, which runs an instruction equal to one already run
+on unchanged inputs once) or run it per state as written (high end). In v1 the inputs are
+reloaded inside the loop (the tutorial's profile warns about the reloads), so there is nothing to
+hoist. Every loop is ``affine_range`` (v3's seq loop ``static_range``), so loads may run ahead of
+their use: tiles get as many buffers as iterations (``buffers=None``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backend.lowering.builder import Builder
+from backend.nki import TensorSpec, run_kernel
+from backend.nki.kernel import on_target
 from backend.sim import Program, Simulator
 from backend.sim.presets import NeuronConfig
+from benchmarks.fidelity.nki_tutorials import mamba as tutorial
 
 __all__ = ["MambaCase", "MAMBA_CASES", "mamba_kernel_program", "mamba_kernel_ns", "vector_active", "hbm_bytes"]
 
-_FP32 = 4
 _PARTITIONS = 128
 
 
@@ -59,96 +58,8 @@ MAMBA_CASES = (
 )
 
 
-class _Kernel:
-    """Emits the tutorial's NKI calls for one batch sample; ``seq_tile`` is v3's ``seq_len_fsize``."""
-
-    def __init__(self, b: Builder, seq: int, hoist_delta_u: bool, seq_tile: int | None = None):
-        self.b, self.seq, self.hoist = b, seq, hoist_delta_u
-        self.tile = seq_tile or seq
-
-    def load_rows(self, free: int, partitions: int = _PARTITIONS) -> int:
-        """``nl.load`` of [partitions, free] fp32 with contiguous rows (delta, u, B, C slices)."""
-        return self.b.dma(partitions * free * _FP32, src="hbm", dst="sbuf", partitions=partitions,
-                          row_bytes=free * _FP32)
-
-    def load_a(self) -> int:
-        """``A[channels, i_state]``: one fp32 per partition, a 4 B run each."""
-        return self.b.dma(_PARTITIONS * _FP32, src="hbm", dst="sbuf", partitions=_PARTITIONS, row_bytes=_FP32)
-
-    def broadcast(self, row: int) -> int:
-        """A [1, tile] row to [128, tile] on TensorE: ones[1, 128] stationary, the row moving."""
-        return self.b.matmul(k=1, m=_PARTITIONS, n=self.tile, dtype="float32", deps=(row,))
-
-    def vector(self, deps, *, fast_input: str = "", alu: str = "multiply") -> int:
-        attrs = {"psum_input": True} if fast_input == "psum" else {}
-        return self.b.compute("vector", "tensor_tensor", free_size=self.tile, n_inputs=2, deps=deps, alu=alu,
-                              flops=_PARTITIONS * self.tile, **attrs)
-
-    def delta_u(self, delta: int, u: int) -> int:
-        return self.vector((delta, u))
-
-    def step(self, delta: int, u: int, a: int, accum: int | None, carry: int | None, delta_u: int | None) -> int:
-        """Steps 1-6 for one state on one [128, tile] tile; returns the accumulate (or scan if first)."""
-        b = self.b
-        delta_a = b.compute("scalar", "activation", free_size=self.tile, deps=(delta, a), func="exp")
-        b_row, c_row = self.load_rows(self.tile, 1), self.load_rows(self.tile, 1)
-        b_bcast = self.broadcast(b_row)
-        du = delta_u if delta_u is not None else self.delta_u(delta, u)
-        delta_bu = self.vector((du, b_bcast), fast_input="psum")
-        scan = self.vector((delta_a, delta_bu) + ((carry,) if carry is not None else ()), alu="scan")
-        self.last_scan = scan
-        c_bcast = self.broadcast(c_row)
-        scan_c = self.vector((scan, c_bcast), fast_input="psum")
-        return self.vector((scan_c,) + ((accum,) if accum is not None else ()), alu="add")
-
-    def store(self, deps) -> int:
-        return self.b.dma(_PARTITIONS * self.seq * _FP32, src="sbuf", dst="hbm", partitions=_PARTITIONS,
-                          row_bytes=self.seq * _FP32, deps=tuple(deps))
-
-    def zeros(self) -> int:
-        return self.b.compute("vector", "memset", free_size=self.seq, value=0)
-
-
-def _v1(k: _Kernel, channel_tiles: int, state: int) -> None:
-    """for state: for channel tile: load delta, A, u, B, C; steps 1-6 into scanC_accum[tile]."""
-    accum = [k.zeros() for _ in range(channel_tiles)]
-    for _ in range(state):
-        for t in range(channel_tiles):
-            delta, a, u = k.load_rows(k.seq), k.load_a(), k.load_rows(k.seq)
-            accum[t] = k.step(delta, u, a, accum[t], None, None)
-    for t in range(channel_tiles):
-        k.store((accum[t],))
-
-
-def _v2(k: _Kernel, channel_tiles: int, state: int) -> None:
-    """for channel tile: load delta, u once; for state: load A, B, C; steps 1-6; store the tile."""
-    for _ in range(channel_tiles):
-        accum = k.zeros()
-        delta, u = k.load_rows(k.seq), k.load_rows(k.seq)
-        du = k.delta_u(delta, u) if k.hoist else None
-        for _ in range(state):
-            accum = k.step(delta, u, k.load_a(), accum, None, du)
-        k.store((accum,))
-
-
-def _v3(k: _Kernel, channel_tiles: int, state: int) -> None:
-    """v2 with seq tiled by 512: per state, a static seq loop carrying the scan through ``initial``."""
-    tiles = k.seq // k.tile
-    for _ in range(channel_tiles):
-        zero = k.zeros()
-        accum = [zero] * tiles
-        delta, u = k.load_rows(k.seq), k.load_rows(k.seq)
-        du = [k.delta_u(delta, u) for _ in range(tiles)] if k.hoist else [None] * tiles
-        for _ in range(state):
-            a, carry = k.load_a(), None
-            for s in range(tiles):
-                accum[s] = k.step(delta, u, a, accum[s], carry, du[s])
-                carry = k.last_scan
-        k.store(accum)
-
-
-_VARIANTS = {"v1": _v1, "v2": _v2, "v3": _v3}
-_SEQ_TILE = {"v3": 512}           # mamba_v3's seq_len_fsize ("decided through empirical profiling")
+_KERNELS = {"v1": tutorial.mamba_v1, "v2": tutorial.mamba_v2, "v3": tutorial.mamba_v3}
+_TRACED: dict = {}
 
 
 def mamba_kernel_program(case: MambaCase, target: NeuronConfig, hoist_delta_u: bool,
@@ -156,11 +67,15 @@ def mamba_kernel_program(case: MambaCase, target: NeuronConfig, hoist_delta_u: b
     """The kernel for one batch sample over ``channel_tiles`` tiles of 128 channels (all by default)."""
     if case.channels % _PARTITIONS:
         raise ValueError(f"channels must be a multiple of {_PARTITIONS} (the tutorial asserts it), got {case.channels}")
-    program = Program(case.label.replace(" ", "_"), "kernel")
-    kernel = _Kernel(Builder(program, target), case.seq, hoist_delta_u, _SEQ_TILE.get(case.variant))
-    _VARIANTS[case.variant](kernel, channel_tiles or case.channels // _PARTITIONS, case.state)
-    program.info.launch_overhead_ns = 0.0      # device latency, as the tutorial's profiles report it
-    return program
+    channels = (channel_tiles or case.channels // _PARTITIONS) * _PARTITIONS
+    key = (case.variant, case.seq, channels, case.state, hoist_delta_u, target.name)
+    if key not in _TRACED:
+        args = (TensorSpec((1, channels, case.seq)), TensorSpec((1, channels, case.seq)),
+                TensorSpec((channels, case.state)), TensorSpec((1, case.state, case.seq)),
+                TensorSpec((1, case.state, case.seq)))
+        _TRACED[key] = run_kernel(_KERNELS[case.variant].fn, args, target=target, buffers=None, hoist=hoist_delta_u,
+                                  name=case.label.replace(" ", "_")).program
+    return on_target(_TRACED[key], target)
 
 
 def _run_ns(case: MambaCase, target: NeuronConfig, hoist: bool, tiles: int | None = None) -> float:

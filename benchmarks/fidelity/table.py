@@ -171,7 +171,8 @@ def _mamba_kernel_rows(target: NeuronConfig) -> list[Row]:
         active = "..".join(f"{mamba_kernel.vector_active(case, target, h):.0%}"
                            for h in ((False,) if case.variant == "v1" else (True, False)))
         nbytes = mamba_kernel.hbm_bytes(case, target)
-        note = (f"NKI calls as instructions; VectorE active {active} predicted, {case.vector_active:.2%} published; "
+        note = (f"the published kernel run from its source, one instruction per NKI call; VectorE active {active} "
+                f"predicted, {case.vector_active:.2%} published; "
                 f"{nbytes / 2**20:.0f} MiB of HBM traffic, {nbytes / case.published_ns:.0f} GB/s at the published time")
         if case.variant == "v1":
             rows.append(_timed(name, run[False], target, case.published_ns, note + "; loads reissued per state, "
@@ -193,7 +194,8 @@ def _optimised(target: NeuronConfig) -> Row:
     published_ns = _TUTORIAL_PUBLISHED_NS["fully optimised"]
     nbytes = _tutorial_hbm_bytes("fully optimised", target)
     return _timed("NKI bf16 matmul, fully optimised (trn1)", kernels.matmul_ns, target, published_ns,
-                  f"eager aten::mm lowering, lhsT layout; the tutorial's own blocking "
+                  f"the published kernel run from its source (NKI front end, two buffers per loop tile), one of its "
+                  f"8 N blocks simulated; its own blocking "
                   f"({'/'.join(map(str, kernels.OPTIMISED_BLOCKS))} tiles in M/N/K) moves {nbytes / 2**20:.0f} MiB: "
                   f"{nbytes / published_ns:.0f} GB/s at the published time, the simpler loops' rate, so it may "
                   "be DMA-bound at their ceiling rather than compute-bound as predicted")

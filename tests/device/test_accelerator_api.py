@@ -5,6 +5,7 @@ synchronisation, memory statistics and device selection.
 What could kill the interpreter runs in a child process, so a crash fails one test instead of
 ending the run.
 """
+import contextlib
 import gc
 import os
 import subprocess
@@ -33,6 +34,7 @@ def test_the_cpp_hooks_are_installed_ahead_of_the_python_defaults():
 def test_a_storage_allocated_on_the_device_is_real_and_resizes():
     result = _run("""
         import torch, backend.device
+        backend.device.register()
         storage = torch.UntypedStorage(16, device="neuron")
         assert storage.device == torch.device("neuron", 0) and storage.nbytes() == 16
         storage.resize_(64)
@@ -50,6 +52,7 @@ def test_a_storage_allocated_on_the_device_is_real_and_resizes():
 def test_what_the_device_cannot_do_with_a_storage_raises_instead_of_crashing():
     result = _run("""
         import torch, backend.device
+        backend.device.register()
         storage = torch.UntypedStorage(16, device="neuron")
         for attempt in (lambda: torch.UntypedStorage(8, device="neuron:8"), storage.cpu, lambda: str(storage),
                         lambda: torch.tensor([], device="neuron").set_(storage)):
@@ -93,6 +96,44 @@ def test_a_storage_made_by_the_allocator_counts_until_it_is_freed(neuron):
     assert torch.accelerator.memory_allocated() == before
 
 
+@contextlib.contextmanager
+def _on_core(how: str):
+    """Ask for a storage on NeuronCore 3 the ways PyTorch code does; yields the device argument."""
+    if how == "index":
+        yield "neuron:3"
+    elif how == "torch.device":
+        yield torch.device("neuron", 3)
+    elif how == "device_context":
+        with torch.neuron.device(3):
+            yield "neuron"
+    else:
+        torch.neuron.set_device(3)
+        try:
+            yield "neuron"
+        finally:
+            torch.neuron.set_device(0)
+
+
+@pytest.mark.parametrize("how", ["index", "torch.device", "device_context", "set_device"])
+def test_a_storage_is_made_on_the_core_asked_for_and_counted_there(neuron, how):
+    """torch.UntypedStorage(n, device=...) lands on that core; its memory_allocated counts it,
+    the other cores' do not, in torch.neuron and torch.accelerator alike."""
+    before = [torch.neuron.memory_allocated(i) for i in range(8)]
+    with _on_core(how) as device:
+        storage = torch.UntypedStorage(1024, device=device)
+    assert storage.device == torch.device("neuron", 3)
+    after = [torch.neuron.memory_allocated(i) for i in range(8)]
+    assert [a - b for a, b in zip(after, before)] == [0, 0, 0, 1024, 0, 0, 0, 0]
+    assert torch.accelerator.memory_allocated(3) == after[3] and torch.accelerator.memory_allocated(0) == before[0]
+    assert torch.neuron.max_memory_allocated(3) >= after[3]
+    free, total = torch.neuron.mem_get_info(3)
+    assert free == total - after[3]
+    storage.resize_(4096)                                   # stays on its core
+    assert storage.device.index == 3 and torch.neuron.memory_allocated(3) == before[3] + 4096
+    del storage
+    assert [torch.neuron.memory_allocated(i) for i in range(8)] == before
+
+
 def test_the_current_accelerator_is_neuron_with_a_device_per_core(neuron):
     assert torch.accelerator.current_accelerator() == torch.device("neuron")
     assert torch.accelerator.is_available() and torch.accelerator.device_count() == 8   # trn2's cores
@@ -109,6 +150,7 @@ def test_a_cached_build_loads_without_the_compiler_toolchain():
     # Importing torch.utils.cpp_extension (setuptools) would cost every import of torch.
     result = _run("""
         import sys, torch, backend.device
+        backend.device.register()
         from backend.device.native_hooks import native_hooks_installed
         assert all(native_hooks_installed().values()), native_hooks_installed()
         assert "torch.utils.cpp_extension" not in sys.modules
@@ -120,6 +162,7 @@ def test_a_cached_build_loads_without_the_compiler_toolchain():
 def test_without_a_compiler_the_device_works_and_device_storages_raise(tmp_path):
     result = _run("""
         import torch, backend.device
+        backend.device.register()
         from backend.device.native_hooks import native_hooks_installed
         assert not any(native_hooks_installed().values())
         assert (torch.ones(2, device="neuron") + 1).sum().item() == 4
@@ -142,6 +185,7 @@ def test_a_build_killed_earlier_does_not_block_the_next_import(tmp_path, monkeyp
 
     code = """
         import torch, backend.device
+        backend.device.register()
         from backend.device.native_hooks import native_hooks_installed
         assert all(native_hooks_installed().values()), native_hooks_installed()
         print("alive")

@@ -345,3 +345,22 @@ def test_the_gpu_of_a_later_local_rank_counts_its_memory(monkeypatch):
         before = torch.cuda.memory_allocated()
         x = torch.empty(1024, dtype=torch.float32, device="cuda:1")
         assert x.device == torch.device("cuda", 1) and torch.cuda.memory_allocated() == before + 4096
+
+
+def test_an_emulated_cuda_tensor_and_a_neuron_tensor_do_not_mix():
+    # Both live on one C++ device; a neuron tensor made while emulating reported cuda:0 and
+    # mixed silently (the result on cuda:0).
+    with emulate_cuda():
+        a = torch.ones(3, device="cuda")
+        made = {"factory": torch.ones(3, device="neuron"), "torch.device": torch.zeros(3, device=torch.device("neuron")),
+                "cpu.to": torch.ones(3).to("neuron"), "cuda.to": a.to("neuron")}
+        for how, n in made.items():
+            assert n.device == torch.device("neuron", 0), how
+            with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at "
+                                                   "least two devices, cuda:0 and neuron:0"):
+                a + n
+            with pytest.raises(RuntimeError, match="same device.*neuron:0 and cuda:0"):
+                torch.mm(n.reshape(3, 1), a.reshape(1, 3))
+        assert a.to("cuda") is a and a.cuda() is a                  # a move to where it is: itself
+        assert made["cuda.to"].to("cuda").device == torch.device("cuda", 0)
+        torch.testing.assert_close((a + made["cuda.to"].cuda()).cpu(), torch.full((3,), 2.0))

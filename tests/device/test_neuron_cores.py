@@ -163,6 +163,16 @@ def test_the_environment_variable_selects_the_lnc(cores, monkeypatch):
         torch.neuron.set_target("trn2")
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "3", "1.5", "nan", "inf", "two"])
+def test_an_lnc_other_than_1_or_2_is_refused(cores, monkeypatch, value):
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", value)          # "0" used to mean unset
+    with pytest.raises(ValueError, match=rf"NEURON_LOGICAL_NC_CONFIG='{value}' is not a logical NeuronCore "
+                                         r"config; use 1 or 2"):
+        torch.neuron.set_target("trn2")
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", " ")             # blank: unset, the default
+    assert torch.neuron.set_target("trn2").name == "trn2"
+
+
 def test_a_logical_core_config_passes_through_set_target(cores):
     lnc2 = get_target("trn2/lnc2")
     assert torch.neuron.set_target(lnc2) is lnc2 and torch.neuron.device_count() == 4

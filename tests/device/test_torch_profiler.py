@@ -41,6 +41,15 @@ def profiled():
     return prof, sim
 
 
+def _by_name(prof) -> dict:
+    """key_averages() rows summed by op name (the rows of one name split by overload)."""
+    out: dict = {}
+    for row in prof.key_averages():
+        total, own = out.get(row.key, (0.0, 0.0))
+        out[row.key] = (total + row.device_time_total, own + row.self_device_time_total)
+    return out
+
+
 def _device_events(prof):
     return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.PrivateUse1]
 
@@ -69,11 +78,11 @@ def test_each_op_gets_its_simulated_time(profiled):
 
 def test_device_time_belongs_to_the_aten_op_not_its_python_dispatch(profiled):
     prof, _ = profiled
-    averages = {a.key: a for a in prof.key_averages()}
-    assert averages["aten::addmm"].self_device_time_total > 0
-    assert averages["aten::mm"].self_device_time_total > 0          # the backward's matmuls
-    assert averages["PythonSubclass"].self_device_time_total == 0
-    assert averages["aten::linear"].device_time_total == averages["aten::addmm"].device_time_total
+    times = _by_name(prof)
+    assert times["aten::addmm"][1] > 0
+    assert times["aten::mm"][1] > 0                                 # the backward's matmuls
+    assert times["PythonSubclass"][1] == 0
+    assert times["aten::linear"][0] == pytest.approx(times["aten::addmm"][1])
     table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=5)
     assert "Self NEURON" in table and "neuron::" in table
 
@@ -131,7 +140,53 @@ def test_an_error_in_the_profiled_block_leaves_the_device_usable(neuron):
 def test_kernel_names_are_the_ones_trace_tools_classify():
     assert kernel_name("aten::addmm", "op") == "neuron::addmm"
     assert kernel_name("aten::nonzero", "fallback") == "neuron::nonzero (host fallback)"
-    assert kernel_name("collective::all_reduce", "op").startswith("ncclDevKernel_AllReduce ")
+    assert kernel_name("collective::all_reduce", "op").startswith("ncclKernel_AllReduce ")
     assert kernel_name("aten::_to_copy", "transfer", "h2d").startswith("Memcpy HtoD ")
     assert kernel_name("aten::_to_copy", "transfer", "d2h").startswith("Memcpy DtoH ")
+    assert kernel_name("aten::_to_copy", "transfer") == "Memcpy (neuron, simulated)"
     assert kernel_name("fused_add_mul_0", "kernel") == "fused_add_mul_0"
+
+
+def test_compiled_kernels_are_device_work_of_the_compiled_region(neuron):
+    model = torch.compile(_model(neuron), backend="neuron")
+    x = torch.randn(8, 64, device=neuron)
+    model(x)                                            # compiles outside the profile
+    with profile(activities=DEVICE_ACTIVITIES) as prof:
+        with wb.profile() as sim:
+            model(x)
+    kernels = [e.name for e in _device_events(prof)]
+    assert kernels and kernels == [name for name, kind in zip(sim.ops["name"], sim.ops["kind"]) if kind == "kernel"]
+    times = _by_name(prof)
+    assert times["CompiledFunction"][1] == pytest.approx(sum(times[name][1] for name in set(kernels)), abs=1e-3)
+
+
+def test_the_legacy_profiler_times_ops_on_the_simulated_clock(neuron):
+    # torch.autograd.profiler.profile(use_device=...) without Kineto asks the device's
+    # ProfilerStubs for events around each op: here, times on the simulated clock.
+    from backend import recording
+
+    a, b = torch.randn(64, 64, device=neuron), torch.randn(64, 64, device=neuron)
+    with torch.autograd.profiler.profile(use_device="neuron") as legacy:
+        with wb.profile() as sim:
+            torch.relu(a @ b)
+    # An event pair measures the simulated time between an op's start and end: its device work
+    # and the gaps where the device waited for launches, as CUDA event pairs do. PyTorch keeps
+    # whole microseconds of it (privateuse1_elapsed_us), truncated.
+    ops = sim.ops.set_index("name")
+    times = _by_name(legacy)
+    assert times["aten::matmul"][0] == int(ops.loc["aten::mm", "end_ns"] / 1000)
+    assert times["aten::relu"][0] == int((ops.loc["aten::relu", "end_ns"] - ops.loc["aten::mm", "end_ns"]) / 1000)
+    assert all(row.cpu_time_total >= 0 for row in legacy.key_averages())
+    torch.relu(a)                   # the legacy profile's simulator leaves at the next op
+    assert not recording.STREAM.sinks
+
+
+def test_kernels_are_on_the_track_of_the_core_that_ran_them(neuron):
+    try:
+        torch.neuron.set_device(1)
+        x = torch.randn(8, 8, device="neuron")
+        with profile(activities=DEVICE_ACTIVITIES) as prof:
+            torch.relu(x)
+    finally:
+        torch.neuron.set_device(0)
+    assert [(e.name, e.device_index) for e in _device_events(prof)] == [("neuron::relu", 1)]

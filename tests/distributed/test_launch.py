@@ -37,3 +37,23 @@ def test_each_rank_writes_its_trace_with_distributed_info(tmp_path):
         data = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert data["distributedInfo"] == {"rank": rank, "world_size": 2, "backend": "neuron"}
         assert any(ev.get("name") == "collective::all_reduce" for ev in data["traceEvents"])
+
+
+def _listening_addresses(rank, world):
+    """What this rank's process listens on, once its process group is up."""
+    import os
+
+    import psutil
+    dist.barrier()
+    return sorted({c.laddr.ip for c in psutil.net_connections("inet")
+                   if c.pid == os.getpid() and c.status == psutil.CONN_LISTEN})
+
+
+@pytest.mark.parametrize("backend", ["neuron", "gloo"])
+def test_a_launched_job_listens_on_loopback_only(backend):
+    # Rank 0's store used to listen on every interface ("::") although MASTER_ADDR is 127.0.0.1.
+    pytest.importorskip("psutil")
+    by_rank = launch(_listening_addresses, 2, backend=backend, start_method="spawn")
+    assert by_rank[0], "rank 0 runs the rendezvous store: it must listen somewhere"
+    for addresses in by_rank:
+        assert set(addresses) <= {"127.0.0.1", "::1"}, addresses

@@ -72,6 +72,10 @@ def test_move_alone_moves_to_the_active_device(small):
     ("xla", "invalid choice: 'xla'"),
     ("neuron --target trn9", "unknown target 'trn9'"),
     ("cuda --target trn2", "unknown target 'trn2'"),
+    # was AttributeError: 'GpuConfig' object has no attribute 'generation'
+    ("neuron --target h100", r"known neuron targets: trn1, trn2, trn3 \('h100' is a gpu target: select it on "
+                             r"the 'cuda' device"),
+    ("neuron --target v6e", r"'v6e' is a tpu target: select it on the 'tpu' device"),
     ("tpu --target h100", "h100"),
     ("neuron --redirect", "redirect applies to cuda only"),
     ("cpu --target trn1", "the cpu device takes no target"),

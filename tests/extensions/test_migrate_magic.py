@@ -105,8 +105,12 @@ def test_the_active_device_and_placement_are_kept(small):
     ("model x --baseline trn2", "invalid choice: 'trn2'"),
     ("model x --batch-sizes 8,x", "takes integers separated by commas"),
     ("model x --batch-sizes 0", "needs positive integers"),
-    ("model x --threshold -1", "--threshold must be positive"),
-    ("model x --threshold abc", "invalid float value: 'abc'"),
+    ("model x --threshold -1", "expected a finite number > 0, got '-1'"),
+    ("model x --threshold nan", "expected a finite number > 0, got 'nan'"),
+    ("model x --threshold inf", "expected a finite number > 0, got 'inf'"),
+    ("model x --threshold 0", "expected a finite number > 0, got '0'"),
+    ("model x --batch-sizes nan", "takes integers separated by commas"),
+    ("model x --threshold abc", "expected a finite number > 0, got 'abc'"),
     ("model x --bogus", "unrecognized arguments: --bogus"),
 ])
 def test_bad_input_is_a_usage_error(small, line, message):

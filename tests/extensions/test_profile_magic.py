@@ -168,6 +168,8 @@ def test_profile_on_the_active_tpu(small):
     ("--compare neuron -t h100", CELL, "unknown target h100"),
     ("--compare cpu,neuron --band", CELL, "--band times one device"),
     ("--bogus", CELL, "unrecognized arguments: --bogus"),
+    *((f"--compare cpu,neuron --tokens={bad}", CELL, f"expected a finite number > 0, got '{bad}'")
+      for bad in ("nan", "inf", "-inf", "-5", "0")),
 ])
 def test_bad_input_is_a_usage_error(small, line, cell, message):
     small.run_line_magic("neuron_device", "neuron --target trn1")
@@ -197,3 +199,24 @@ def test_syntax_error_changes_nothing(small):
     with pytest.raises(SyntaxError):
         small.run_cell_magic("neuron_profile", "--device cuda", "y = model(x\n")
     assert active_device() == DeviceState()
+
+
+def test_compare_in_a_terminal_without_a_browser_names_its_figures(small, monkeypatch, capsys):
+    # Terminal IPython's plotly renderer is "browser"; with no browser it printed plotly's
+    # "could not locate runnable browser" traceback for each figure.
+    import webbrowser
+
+    import plotly.io as pio
+
+    def no_browser(*args, **kwargs):
+        raise webbrowser.Error("could not locate runnable browser")
+
+    monkeypatch.setattr(pio.renderers, "default", "browser")
+    monkeypatch.setattr(webbrowser, "get", no_browser)
+    result, shown = outputs(small.run_cell, f"%%neuron_profile --compare cpu,neuron\n{CELL}")
+    assert result.error_in_exec is None and result.error_before_exec is None
+    texts = [b["text/plain"] for b in shown if "text/plain" in b]
+    assert any(t.startswith("[figure: Device comparison") for t in texts)
+    assert all("application/vnd.plotly.v1+json" not in b for b in shown)
+    printed = capsys.readouterr()
+    assert "Traceback" not in printed.out + printed.err and "runnable browser" not in printed.out + printed.err

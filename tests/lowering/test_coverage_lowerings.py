@@ -295,7 +295,9 @@ def test_autocast_runs_fp32_matmuls_at_the_bf16_rate():
     bf16 = lower(rec("aten::mm", [T(m, k, dtype="bfloat16"), T(k, n, dtype="bfloat16")], [T(m, n, dtype="bfloat16")]))
     assert {i.dtype for i in cast.instructions if i.engine == "tensor"} == {"bfloat16"}
     op_fp32, op_cast, op_bf16 = sim(fp32), sim(cast), sim(bf16)
-    assert op_cast.busy_ns["tensor"] == pytest.approx(op_bf16.busy_ns["tensor"])
+    # (the fp32 operands load twice the bytes, so the planner may block the GEMM differently:
+    # a few more or fewer transposes, hence not exactly equal)
+    assert op_cast.busy_ns["tensor"] == pytest.approx(op_bf16.busy_ns["tensor"], rel=0.02)
     assert op_fp32.busy_ns["tensor"] > 3 * op_cast.busy_ns["tensor"]
     # the operands are still read from HBM as fp32 (the DMA casts on the way into SBUF)
     assert op_cast.hbm_read_bytes >= 4 * (m * k + k * n)

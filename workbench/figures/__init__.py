@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from workbench.figures.comparison import comparison_figure, profiles_figure
+from workbench.figures.display import display_figure
 from workbench.figures.graph import graph_figure
 from workbench.figures.memory import memory_figure
 from workbench.figures.price import price_performance_figure
@@ -11,7 +12,8 @@ from workbench.figures.utilisation import utilisation_figure
 from workbench.presenters import presenter
 
 __all__ = ["timeline_figure", "highlight_op", "utilisation_figure", "memory_figure", "roofline_figure",
-           "graph_figure", "comparison_figure", "profiles_figure", "price_performance_figure", "profile_figures"]
+           "graph_figure", "comparison_figure", "profiles_figure", "price_performance_figure", "profile_figures",
+           "display_figure"]
 
 
 @presenter("profile.figures")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from workbench.arguments import positive_float
 from workbench.migration.numerics import DEFAULT_DRIFT_THRESHOLD
 from workbench.migration.report import migration_report_for
 
@@ -45,7 +46,7 @@ def add_migrate_parser(sub) -> argparse.ArgumentParser:
                    "tpu:v6e (default: %(default)s)")
     p.add_argument("--inference", action="store_true", help="forward only (default: a training step with Adam)")
     p.add_argument("--batch-sizes", type=parse_batch_sizes, metavar="B,B,...", help="batch sizes for the memory table")
-    p.add_argument("--drift-threshold", type=float, default=DEFAULT_DRIFT_THRESHOLD,
+    p.add_argument("--drift-threshold", type=positive_float, default=DEFAULT_DRIFT_THRESHOLD,
                    help=f"flag layers whose mean relative error exceeds this (default: {DEFAULT_DRIFT_THRESHOLD})")
     p.add_argument("--no-compile", action="store_true", help="skip the step compiled with backend='neuron'")
     p.add_argument("--html", type=Path, metavar="FILE", help="write a standalone HTML report")

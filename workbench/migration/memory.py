@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 from torch.utils._pytree import tree_flatten
 
+from backend.sim.checks import positive_int
 from workbench.migration.run import PHASES, Step, replica, to_device
 
 __all__ = ["MemoryFit", "measure_memory", "fit_memory", "BATCH_COLUMNS", "CATEGORIES"]
@@ -160,7 +161,7 @@ def fit_memory(measured: dict, *, batch: int, capacity_bytes: int, target: str, 
     """The fit of a measured step against ``capacity_bytes``, extrapolated over batch sizes."""
     fit = MemoryFit(target=target, capacity_bytes=int(capacity_bytes), batch_size=batch,
                     measured={c: int(measured[c]) for c in CATEGORIES}, training=training)
-    sizes = sorted({int(b) for b in batch_sizes}) if batch_sizes else _default_batches(batch, fit.max_batch_size)
+    sizes = sorted({positive_int("batch size", b) for b in batch_sizes}) if batch_sizes else _default_batches(batch, fit.max_batch_size)
     fit.batches = pd.DataFrame([(b, fit.estimate(b), fit.peak_phase(b), fit.estimate(b) <= fit.capacity_bytes,
                                  b == batch) for b in sizes], columns=list(BATCH_COLUMNS))
     fit.note = (f"estimate: inputs and activations scaled linearly from the measured batch of {batch}; parameters, "

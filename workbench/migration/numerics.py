@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 from torch.utils._pytree import tree_flatten
 
+from backend.sim.checks import positive
 from workbench.migration.run import replica, to_device
 
 __all__ = ["Numerics", "layer_drift", "not_compared", "LAYER_COLUMNS", "DEFAULT_DRIFT_THRESHOLD"]
@@ -205,13 +206,14 @@ def _suggestion(row: dict, user_dtype: torch.dtype, first_flagged: str | None) -
 
 def not_compared(threshold: float = DEFAULT_DRIFT_THRESHOLD) -> Numerics:
     """Numerics of a timing-only report: there are no values to compare."""
-    return Numerics(reference="nothing", compared="nothing", threshold=threshold,
+    return Numerics(reference="nothing", compared="nothing", threshold=positive("threshold", threshold),
                     skipped="not compared: timing-only mode computes no values")
 
 
 def layer_drift(model: torch.nn.Module, args, kwargs, *, threshold: float = DEFAULT_DRIFT_THRESHOLD,
                 seed: int = 0) -> Numerics:
     """Compare every layer's outputs on ``neuron`` (hardware numerics) with CPU fp32."""
+    threshold = positive("threshold", threshold)
     user_dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     low = user_dtype in (torch.bfloat16, torch.float16)
     ref_model = replica(model, "cpu", torch.float32).eval()

@@ -13,11 +13,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from backend.sim.checks import positive, positive_int
 from backend.sim.presets import DEFAULT_GPU_TARGET, DEFAULT_NEURON_TARGET, get_target
 from workbench.migration.compile import CompileReadiness, compile_readiness
 from workbench.migration.memory import MemoryFit, fit_memory, measure_memory
 from backend.device.timing_only import timing_only as timing_only_mode
 from workbench.migration.chips import fit_for_report
+from workbench.migration.custom_code import custom_code_table
 from workbench.migration.numerics import DEFAULT_DRIFT_THRESHOLD, Numerics, layer_drift, not_compared
 from workbench.migration.perf import coverage_table, performance_table, time_breakdown
 from workbench.migration.run import batch_size, call_args, float_dtype, record_step, roomy_device
@@ -51,6 +53,7 @@ class MigrationReport:
     items_per_step: float = 0.0                      # tokens (or samples) one step processes
     items_unit: str = "samples"
     chip_fit: object = None                          # workbench.fit.ChipFit, when fit_chips was asked
+    custom_code: pd.DataFrame | None = None          # custom GPU code: blockers until ported to NKI
 
     # -- derived ---------------------------------------------------------------------------
     @property
@@ -80,6 +83,7 @@ class MigrationReport:
                 "recompiles": self.compile.recompiles, "performance": self.performance,
                 "time_breakdown": self.time_breakdown, "memory": self.memory.to_frame(),
                 "batch_sizes": self.memory.batches,
+                **({"custom_code": self.custom_code} if self.custom_code is not None and len(self.custom_code) else {}),
                 **({"chips": self.chip_fit.tried} if self.chip_fit is not None else {})}
 
     # -- views -----------------------------------------------------------------------------
@@ -182,6 +186,9 @@ def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEUR
     time there -- a plan ("fsdp", "ddp") or a dict of ``wb.fit_chips`` keywords (``hbm_bytes``
     for a what-if HBM, ``max_chips``); the "chips" section shows it.
     """
+    positive("drift_threshold", drift_threshold)        # refused before the model runs
+    for size in batch_sizes or ():
+        positive_int("batch size in batch_sizes", size)
     start = time.perf_counter()
     target_side, baseline_side = cost_target(target, "neuron"), cost_target(baseline, "cuda")
     cfg = target_side.config if target_side.device == "neuron" else get_target(RUN_TARGET_FOR_OTHERS)
@@ -213,6 +220,7 @@ def migration_report(model: torch.nn.Module, example_inputs, target=DEFAULT_NEUR
         memory=fit_memory(measured, batch=batch, capacity_bytes=target_side.hbm_bytes, target=target_side.name,
                           training=training, batch_sizes=batch_sizes),
         profiles=_profiles(recordings, target_side, baseline_side, timing_only),
+        custom_code=custom_code_table(model, eager),
         wall_time_s=time.perf_counter() - start,
         target_device=target_side.device, baseline_device=baseline_side.device, items_per_step=items,
         items_unit=unit)

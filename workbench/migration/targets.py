@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backend.sim import hardware_kinds as kinds
 from backend.sim.presets import DEFAULT_NEURON_TARGET
 
 __all__ = ["CostTarget", "cost_target", "RUN_TARGET_FOR_OTHERS"]
@@ -40,21 +41,16 @@ def cost_target(spec, default_device: str) -> CostTarget:
     if isinstance(spec, CostTarget):
         return spec
     if not isinstance(spec, str):
-        kind = getattr(spec, "kind", default_device)
-        device = {"gpu": "cuda"}.get(kind, kind)
+        device = kinds.kind(spec.kind).device if hasattr(spec, "kind") else default_device
         return CostTarget(device, _lookup(device, spec))
     device, _, name = spec.partition(":") if ":" in spec else (default_device, "", spec)
     return CostTarget(device, _lookup(device, name))
 
 
 def _lookup(device: str, name):
-    if device == "neuron":
-        from backend.sim.presets import get_target
-        return get_target(name)
-    if device == "cuda":
-        from backend.sim.gpu import get_gpu
-        return get_gpu(name)
-    if device == "tpu":
-        from backend.sim.tpu import get_tpu
-        return get_tpu(name)
-    raise ValueError(f"unknown device {device!r} in a migration target; use neuron:, cuda: or tpu:")
+    from backend.sim.presets import get_target
+
+    if device not in kinds.devices():
+        raise ValueError(f"unknown device {device!r} in a migration target; use "
+                         f"{', '.join(d + ':' for d in kinds.devices())}")
+    return get_target(name, kind=kinds.for_device(device).name)

@@ -125,6 +125,11 @@ def findings(report) -> list[str]:
                    f"{share:.1f} % of the {report.target} step")
     else:
         out.append(f"op coverage: all {len(compute)} op types lower on the NeuronCore")
+    custom = report.custom_code
+    if custom is not None and len(custom):
+        parts = [f"{r.name} ({r.kind}" + (f", {r.gpu_step_percent:.1f} % of the {report.baseline} step)"
+                                          if pd.notna(r.gpu_step_percent) else ")") for r in custom.itertuples()]
+        out.append(f"custom code: {len(custom)} blocker(s) until ported to NKI: {'; '.join(parts)}")
     num = report.numerics
     if num.skipped:
         out.append(f"numerics: {num.skipped}")

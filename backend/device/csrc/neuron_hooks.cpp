@@ -4,10 +4,14 @@
 //   (torch.UntypedStorage(n, device="neuron"), storage resize_) have real bytes instead of
 //   dereferencing a missing allocator, and torch.accelerator.memory_* has an allocator to ask.
 // - PrivateUse1 hooks (availability, default generator, storage resize) and a device guard
-//   whose synchronizeDevice exists (the simulator is synchronous: nothing to wait for).
+//   whose synchronizeDevice exists (the simulator is synchronous: nothing to wait for) and
+//   whose timing events read the simulated clock through Python callbacks.
 // - The scaled_dot_product_attention backend choice: where CPU would run its flash kernel, the
 //   device takes SDPA's "overrideable" fused path, as TorchNeuron does (its
 //   _fused_sdp_choice_neuron returns overrideable), instead of the unfused math path.
+// - A timer for DistributedDataParallel's runtime statistics: DDP looks one up by the
+//   parameters' device type and, finding none, warns on every job that it collects time stats
+//   only for CPU and CUDA.
 //
 // Device tensors themselves stay Python wrapper subclasses holding host tensors; their memory
 // is booked by backend/device/memory.py, which the allocator's statistics ask through a
@@ -19,9 +23,11 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -39,21 +45,55 @@ using PoolResetFn = void (*)(int device, int peak_only);
 PoolStatsFn pool_stats = nullptr;
 PoolResetFn pool_reset = nullptr;
 
+// Timing events (torch.Event("neuron", enable_timing=True)) read the simulated clock, which
+// Python keeps (backend/device/event_clock.py): recording stamps the event and returns a handle
+// to the stamp, elapsed compares two stamps (NaN: different simulated timelines), release drops
+// one. Cleared at interpreter exit, after which events record nothing.
+using EventStampFn = int64_t (*)(int64_t previous);
+using EventElapsedFn = double (*)(int64_t start, int64_t end);
+using EventReleaseFn = void (*)(int64_t handle);
+std::atomic<EventStampFn> event_stamp{nullptr};
+std::atomic<EventElapsedFn> event_elapsed{nullptr};
+std::atomic<EventReleaseFn> event_release{nullptr};
+
+// This thread's current NeuronCore, as CUDA keeps a current device per thread (the guard below
+// sets it; backend/device/neuron_module.py reads it).
+thread_local c10::DeviceIndex current_device = 0;
+
+// Storages this allocator made on one NeuronCore (torch.UntypedStorage(n, device="neuron:i")).
+struct CoreBooks {
+  int64_t current = 0, peak = 0, allocs = 0, frees = 0;
+};
+constexpr int kMaxCores = 64;
+
 struct HostBackedAllocator final : c10::DeviceAllocator {
   std::mutex mutex;
-  std::unordered_map<void*, size_t> sizes;
-  int64_t current = 0, peak = 0, allocs = 0, frees = 0;
+  std::unordered_map<void*, std::pair<size_t, c10::DeviceIndex>> sizes;
+  CoreBooks cores[kMaxCores];
 
-  c10::DataPtr allocate(size_t nbytes) override {
+  // A storage is made on the current device: PyTorch's storage constructor guards the device
+  // it was asked for (neuron:7, or the current one inside torch.neuron.device(3)) around this call.
+  c10::DataPtr allocate(size_t nbytes) override { return allocate_on(nbytes, current_device); }
+
+  c10::DataPtr allocate_on(size_t nbytes, c10::DeviceIndex device) {
     void* data = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
     if (data) {
       std::lock_guard<std::mutex> lock(mutex);
-      sizes[data] = nbytes;
-      current += static_cast<int64_t>(nbytes);
-      peak = std::max(peak, current);
-      ++allocs;
+      sizes[data] = {nbytes, device};
+      CoreBooks& books = core(device);
+      books.current += static_cast<int64_t>(nbytes);
+      books.peak = std::max(books.peak, books.current);
+      ++books.allocs;
     }
-    return {data, data, &release, c10::Device(kDevice, 0)};
+    return {data, data, &release, c10::Device(kDevice, device)};
+  }
+
+  CoreBooks& core(c10::DeviceIndex device) { return cores[std::clamp<int>(device, 0, kMaxCores - 1)]; }
+
+  c10::DeviceIndex device_of(void* data) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = sizes.find(data);
+    return it == sizes.end() ? current_device : it->second.second;
   }
 
   static void release(void* data);
@@ -74,6 +114,7 @@ struct HostBackedAllocator final : c10::DeviceAllocator {
       std::fill(books, books + kFields, 0);
     }
     std::lock_guard<std::mutex> lock(mutex);
+    const CoreBooks& own = core(device);
     c10::CachingDeviceAllocator::DeviceStats stats;
     auto set = [](c10::CachingDeviceAllocator::StatArray& array, int64_t cur, int64_t top,
                   int64_t allocated, int64_t freed) {
@@ -86,12 +127,12 @@ struct HostBackedAllocator final : c10::DeviceAllocator {
     };
     // Device tensors (the Python books) plus storages made directly by this allocator; the
     // peak of a sum is at most the sum of the peaks, which is what is reported.
-    set(stats.allocated_bytes, books[kAllocCur] + current, books[kAllocPeak] + peak, 0, 0);
-    set(stats.active_bytes, books[kAllocCur] + current, books[kAllocPeak] + peak, 0, 0);
-    set(stats.requested_bytes, books[kAllocCur] + current, books[kAllocPeak] + peak, 0, 0);
-    set(stats.reserved_bytes, books[kResCur] + current, books[kResPeak] + peak, 0, 0);
-    set(stats.allocation, books[kAllocs] - books[kFrees] + static_cast<int64_t>(sizes.size()), 0,
-        books[kAllocs] + allocs, books[kFrees] + frees);
+    set(stats.allocated_bytes, books[kAllocCur] + own.current, books[kAllocPeak] + own.peak, 0, 0);
+    set(stats.active_bytes, books[kAllocCur] + own.current, books[kAllocPeak] + own.peak, 0, 0);
+    set(stats.requested_bytes, books[kAllocCur] + own.current, books[kAllocPeak] + own.peak, 0, 0);
+    set(stats.reserved_bytes, books[kResCur] + own.current, books[kResPeak] + own.peak, 0, 0);
+    set(stats.allocation, books[kAllocs] - books[kFrees] + own.allocs - own.frees, 0,
+        books[kAllocs] + own.allocs, books[kFrees] + own.frees);
     stats.num_ooms = books[kOoms];
     return stats;
   }
@@ -99,13 +140,13 @@ struct HostBackedAllocator final : c10::DeviceAllocator {
   void resetAccumulatedStats(c10::DeviceIndex device) override {
     if (pool_reset) pool_reset(device, 0);
     std::lock_guard<std::mutex> lock(mutex);
-    allocs = frees = 0;
+    core(device).allocs = core(device).frees = 0;
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
     if (pool_reset) pool_reset(device, 1);
     std::lock_guard<std::mutex> lock(mutex);
-    peak = current;
+    core(device).peak = core(device).current;
   }
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
@@ -113,7 +154,7 @@ struct HostBackedAllocator final : c10::DeviceAllocator {
     TORCH_CHECK(pool_stats != nullptr && pool_stats(device, books) != 0,
                 "neuron:", static_cast<int>(device), " has no memory books yet; use the device first");
     std::lock_guard<std::mutex> lock(mutex);
-    const int64_t used = books[kAllocCur] + current;
+    const int64_t used = books[kAllocCur] + core(device).current;
     return {static_cast<size_t>(std::max<int64_t>(books[kCapacity] - used, 0)),
             static_cast<size_t>(books[kCapacity])};
   }
@@ -128,8 +169,9 @@ void HostBackedAllocator::release(void* data) {
     std::lock_guard<std::mutex> lock(allocator.mutex);
     auto it = allocator.sizes.find(data);
     if (it != allocator.sizes.end()) {
-      allocator.current -= static_cast<int64_t>(it->second);
-      ++allocator.frees;
+      CoreBooks& books = allocator.core(it->second.second);
+      books.current -= static_cast<int64_t>(it->second.first);
+      ++books.frees;
       allocator.sizes.erase(it);
     }
   }
@@ -137,10 +179,8 @@ void HostBackedAllocator::release(void* data) {
 }
 
 // NeuronCores of the simulated chip (the most Python has reported: it only grows, since the
-// autograd engine sizes its per-device queues once), and this thread's current one, as CUDA
-// keeps a current device per thread (backend/device/neuron_module.py: device_count).
+// autograd engine sizes its per-device queues once; backend/device/neuron_module.py: device_count).
 std::atomic<int> device_count{1};
-thread_local c10::DeviceIndex current_device = 0;
 
 struct NeuronHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
@@ -164,7 +204,7 @@ struct NeuronHooks final : at::PrivateUse1HooksInterface {
     return at::detail::getDefaultCPUGenerator();
   }
 
-  at::Device getDeviceFromPtr(void*) const override { return {kDevice, 0}; }
+  at::Device getDeviceFromPtr(void* data) const override { return {kDevice, allocator.device_of(data)}; }
 
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
@@ -175,7 +215,7 @@ struct NeuronHooks final : at::PrivateUse1HooksInterface {
       impl->set_nbytes(newsize);
       return;
     }
-    c10::DataPtr data = allocator.allocate(newsize);
+    c10::DataPtr data = allocator.allocate_on(newsize, storage.device().index());
     const size_t kept = std::min(impl->nbytes(), newsize);
     if (kept > 0) std::memcpy(data.get(), impl->data_ptr().get(), kept);
     impl->set_data_ptr_noswap(std::move(data));
@@ -211,10 +251,30 @@ struct NeuronGuard final : c10::impl::DeviceGuardImplInterface {
   c10::Stream getNewStream(c10::Device device, int) const override { return defaultStream(device); }
   c10::Stream exchangeStream(c10::Stream stream) const noexcept override { return defaultStream(stream.device()); }
   c10::DeviceIndex deviceCount() const noexcept override { return static_cast<c10::DeviceIndex>(device_count.load()); }
-  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  // An event is a handle to its stamp, stored in the void* itself (0: never stamped).
+  void record(void** event, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag flag) const override {
+    if (flag != c10::EventFlag::BACKEND_DEFAULT) return;   // not a timing event: nothing to stamp
+    const EventStampFn stamp = event_stamp.load();
+    TORCH_CHECK(stamp != nullptr, "neuron timing events need the simulated clock, which is not available");
+    const int64_t handle = stamp(reinterpret_cast<int64_t>(*event));
+    TORCH_CHECK(handle != 0, "neuron: reading the simulated clock failed (see the logged error)");
+    *event = reinterpret_cast<void*>(handle);
+  }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    TORCH_CHECK(start != nullptr && end != nullptr, "Both events must be recorded before calculating elapsed time.");
+    const EventElapsedFn elapsed = event_elapsed.load();
+    TORCH_CHECK(elapsed != nullptr, "neuron timing events need the simulated clock, which is not available");
+    const double ms = elapsed(reinterpret_cast<int64_t>(start), reinterpret_cast<int64_t>(end));
+    TORCH_CHECK(!std::isnan(ms), "The two events were recorded on different simulated timelines (one inside a "
+                "profile, one outside it, or in two profiles); record both in the same one.");
+    return ms;
+  }
   void block(void*, const c10::Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    const EventReleaseFn release = event_release.load();
+    if (event != nullptr && release != nullptr) release(reinterpret_cast<int64_t>(event));
+  }
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream&) const override {}
   void synchronizeEvent(void*) const override {}
@@ -273,6 +333,30 @@ namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &neuron_sdp_choice)
 }  // namespace at::native
 
+namespace c10d {
+namespace {
+// DDP's time stats on the device (forward, backward compute, communication, their overlap, in
+// _get_ddp_logging_data()): host timestamps, as CPU's timer takes them, since the device runs
+// synchronously on the host. The simulated time of the same step is in the workbench's profile.
+class NeuronDdpTimer : public Timer {
+ public:
+  explicit NeuronDdpTimer(c10::Device /*device*/) {}
+
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    const int64_t start_time = getTimeRef(start);
+    const int64_t end_time = getTimeRef(end);
+    // A step without the end event (no communication, say) or one recorded out of order.
+    if (start_time == kUnsetTime || end_time == kUnsetTime || end_time < start_time) {
+      return std::nullopt;
+    }
+    return end_time - start_time;
+  }
+};
+}  // namespace
+
+C10_REGISTER_TYPED_CLASS(TimerRegistry, c10::kPrivateUse1, NeuronDdpTimer)
+}  // namespace c10d
+
 // What neuron_install registered (bit flags), so Python can log and test it.
 enum Installed { kAllocator = 1, kHooks = 2, kGuard = 4 };
 
@@ -309,4 +393,19 @@ extern "C" void neuron_set_device_count(int count) {
 
 // This thread's current NeuronCore: torch.neuron.current_device() / set_device().
 extern "C" int neuron_current_device() { return current_device; }
+
+// Storages the allocator made on ``device``: current and peak bytes (torch.neuron.memory_*).
+extern "C" void neuron_storage_bytes(int device, int64_t* out) {
+  std::lock_guard<std::mutex> lock(allocator.mutex);
+  const CoreBooks& books = allocator.core(static_cast<c10::DeviceIndex>(device));
+  out[0] = books.current;
+  out[1] = books.peak;
+}
 extern "C" void neuron_set_current_device(int device) { current_device = static_cast<c10::DeviceIndex>(device); }
+
+// The simulated clock of timing events (all null: events record nothing, at interpreter exit).
+extern "C" void neuron_set_event_clock(EventStampFn stamp, EventElapsedFn elapsed, EventReleaseFn release) {
+  event_stamp.store(stamp);
+  event_elapsed.store(elapsed);
+  event_release.store(release);
+}

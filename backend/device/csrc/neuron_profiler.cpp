@@ -19,10 +19,18 @@
 //   here also computes every value on the CPU and is far slower than a real one, so kernels may
 //   sit before their launch on the host track; their durations are exact simulated times.
 //
+// The legacy profiler (torch.autograd.profiler.profile(use_device="neuron"), use_kineto=False:
+// PyTorch's KINETO_PRIVATEUSE1_FALLBACK) instead asks the ProfilerStubs registered with
+// registerPrivateUse1Methods for an event at each op's start and end, and takes the time between
+// them as the op's device time; here an event is the simulated clock (Python's `sim_clock`, which
+// starts a simulator for the profile if none runs), so an op's device time is the simulated time
+// of the device work it issued, its children's included, as CUDA events measure it.
+//
 // Plain C entry points (loaded with ctypes) keep pybind11 out of the build, as neuron_hooks.cpp;
 // it is built with USE_KINETO (torch's Kineto headers) and FMT_HEADER_ONLY (Kineto's activities
 // format their metadata with fmt, which libtorch does not export).
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
+#include <torch/csrc/profiler/stubs/base.h>
 
 #include <libkineto.h>
 
@@ -48,6 +56,8 @@ enum Stream { kComputeStream = 1, kCollectiveStream = 2 };
 using SessionFn = void (*)();
 SessionFn on_start = nullptr;
 SessionFn on_stop = nullptr;
+using ClockFn = double (*)();
+ClockFn sim_clock = nullptr;   // the simulated clock (ns) of the profile recording now
 std::string device_label = "neuron (simulated)";   // e.g. "neuron (simulated trn2)"
 
 int64_t now_ns() {
@@ -63,7 +73,7 @@ thread_local std::vector<uint64_t> correlation_stack;
 // "PythonSubclass" record PyTorch wraps around a tensor subclass's __torch_dispatch__ (the aten
 // op the user called is the one around it).
 const libkineto::ITraceActivity* owner(const std::array<uint64_t, 4>& enclosing,
-                                                          const libkineto::getLinkedActivityCallback& linked) {
+                                       const libkineto::getLinkedActivityCallback& linked) {
   for (uint64_t id : enclosing) {
     if (id == 0) break;
     const libkineto::ITraceActivity* op = linked(static_cast<int32_t>(id));
@@ -132,13 +142,12 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
     processTrace(logger, [](int32_t) -> const libkineto::ITraceActivity* { return nullptr; }, 0, 0);
   }
 
-  void processTrace(libkineto::ActivityLogger& logger, libkineto::getLinkedActivityCallback linked,
-                    int64_t start_ns, int64_t end_ns) override {
+  void processTrace(libkineto::ActivityLogger& logger, libkineto::getLinkedActivityCallback linked, int64_t,
+                    int64_t) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (ops_.empty()) return;
     // Simulated zero is when the first op was launched (it starts at its launch).
     const int64_t origin = ops_.front().launch_begin_ns - std::llround(ops_.front().sim_start_ns);
-    span_ = std::make_unique<libkineto::TraceSpan>(start_ns, end_ns, "neuron");
     const bool runtime = types_.count(ActivityType::PRIVATEUSE1_RUNTIME) > 0;
     for (const DeviceOp& op : ops_) {
       const ActivityType type = op.kind == kCopy ? ActivityType::GPU_MEMCPY : ActivityType::CONCURRENT_KERNEL;
@@ -146,7 +155,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
       const libkineto::ITraceActivity* cpu_op = owner(op.enclosing, linked);
       const int32_t launch_id = next_launch++;
       if (runtime) {
-        libkineto::GenericTraceActivity launch(*span_, ActivityType::PRIVATEUSE1_RUNTIME, launch_name(op.kind));
+        libkineto::GenericTraceActivity launch(span(), ActivityType::PRIVATEUSE1_RUNTIME, launch_name(op.kind));
         launch.startTime = op.launch_begin_ns;
         launch.endTime = op.launch_end_ns;
         launch.device = op.host_pid;
@@ -160,7 +169,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         launch.addMetadata("correlation", launch_id);
         launch.log(logger);
       }
-      libkineto::GenericTraceActivity work(*span_, type, op.name);
+      libkineto::GenericTraceActivity work(span(), type, op.name);
       work.startTime = origin + std::llround(op.sim_start_ns);
       work.endTime = origin + std::llround(op.sim_end_ns);
       work.device = op.device;
@@ -204,6 +213,11 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
 
  private:
   static constexpr int64_t kSortAfterHost = 0x1000000;   // device rows below the host's
+  // The span the activities point to; the trace keeps copies of them after the session is gone.
+  static const libkineto::TraceSpan& span() {
+    static const libkineto::TraceSpan* const span = new libkineto::TraceSpan(0, 0, "neuron");
+    return *span;
+  }
   static const char* launch_name(int kind) {
     return kind == kCopy ? "neuronMemcpy" : kind == kCollective ? "neuronCollective" : "neuronLaunchKernel";
   }
@@ -212,7 +226,6 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
   std::mutex mutex_;
   std::vector<DeviceOp> ops_;
   std::set<int> devices_;
-  std::unique_ptr<libkineto::TraceSpan> span_;   // activities keep a pointer to it
 };
 
 class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
@@ -244,14 +257,41 @@ class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
                                      ActivityType::PRIVATEUSE1_RUNTIME};
 };
 
+// The legacy profiler's device events: a time on the simulated clock.
+struct NeuronStubs final : torch::profiler::impl::ProfilerStubs {
+  void record(c10::DeviceIndex* device, torch::profiler::impl::ProfilerVoidEventStub* event,
+              int64_t* cpu_ns) const override {
+    if (device != nullptr) *device = 0;
+    if (event != nullptr) {
+      auto time = std::make_shared<double>(sim_clock != nullptr ? sim_clock() : 0.0);
+      *event = std::shared_ptr<void>(time, time.get());
+    }
+    if (cpu_ns != nullptr) *cpu_ns = now_ns();
+  }
+  float elapsed(const torch::profiler::impl::ProfilerVoidEventStub* start,
+                const torch::profiler::impl::ProfilerVoidEventStub* end) const override {   // microseconds
+    return static_cast<float>((*static_cast<const double*>(end->get()) - *static_cast<const double*>(start->get())) /
+                              1000.0);
+  }
+  void mark(const char*) const override {}
+  void rangePush(const char*) const override {}
+  void rangePop() const override {}
+  bool enabled() const override { return true; }
+  void onEachDevice(std::function<void(int)> op) const override { op(0); }
+  void synchronize() const override {}   // ops finish when they return
+};
+
 }  // namespace
 
 REGISTER_PRIVATEUSE1_PROFILER(NeuronActivityProfiler);
 
-// Python's session callbacks.
-extern "C" void neuron_profiler_install(SessionFn start, SessionFn stop) {
+// Python's session callbacks and the legacy profiler's clock; registers the legacy stubs.
+extern "C" void neuron_profiler_install(SessionFn start, SessionFn stop, ClockFn simulated_clock) {
   on_start = start;
   on_stop = stop;
+  sim_clock = simulated_clock;
+  static NeuronStubs stubs;
+  torch::profiler::impl::registerPrivateUse1Methods(&stubs);
 }
 
 // The device's name in the trace (its process name and deviceProperties).

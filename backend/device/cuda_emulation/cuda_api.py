@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..device_module import DEVICE_MODULES, DeviceModule
+from ..event_clock import Stamp
 from .device import active
 from ..patching import Patcher
 
@@ -22,8 +23,8 @@ def _bf16_supported() -> bool:
 MODULE = DeviceModule(
     "cuda", unit="GPU", device_count=lambda: active().reported.index + 1, pool=lambda index: active().pool,
     name=lambda index: active().name, properties=lambda index: active().properties(),
-    capability=lambda index: active().capability(), clock_ns=lambda: active().clock_ns(),
-    bf16_supported=_bf16_supported)
+    capability=lambda index: active().capability(), clock=lambda: Stamp(active().clock_ns(), active().session),
+    bf16_supported=_bf16_supported, memory_fallback=torch.cuda.memory)
 
 
 def install(patcher: Patcher) -> None:

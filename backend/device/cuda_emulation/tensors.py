@@ -36,6 +36,15 @@ def _is_cuda(value) -> bool:
     return isinstance(value, torch.device) and value.type == "cuda"
 
 
+def _names_backing(value, backing: torch.device) -> bool:
+    """Whether the user asked for the backing device itself: ``"neuron"``, ``"neuron:0"`` or
+    ``torch.device("neuron")``. ``torch.device("neuron", 0)`` is also what this module passes on
+    for a cuda request (re-entering ``to`` through a default-device mode), so it is not."""
+    if isinstance(value, str):
+        return value.split(":")[0] == backing.type
+    return isinstance(value, torch.device) and value.type == backing.type and value.index is None
+
+
 def _check_ordinal(value) -> None:
     check_device(torch.device("cuda", value) if isinstance(value, int) else torch.device(value))
 
@@ -68,24 +77,26 @@ def install(patcher: Patcher, backing: torch.device, reported: torch.device) -> 
             _check_ordinal(device)
             kwargs["device"] = backing
         out = _to(self, *args, **kwargs)
-        return _as_cuda(out, self, args, kwargs) if emulating and _is_cuda(requested) else out
+        if emulating and (_is_cuda(requested) or _names_backing(requested, backing)):
+            return _reporting(out, self, args, kwargs, cuda=_is_cuda(requested))
+        return out
 
-    def _as_cuda(out, source, args, kwargs):
+    def _reporting(out, source, args, kwargs, cuda: bool = True):
         # A neuron tensor and an emulated cuda tensor are one C++ device, so C++ hands back
-        # ``source`` for a move between them: make that move a copy reporting cuda.
-        if out.__class__ is not DeviceTensor or out._reports_cuda:
+        # ``source`` for a move between them: make that move a copy reporting the device asked for.
+        if out.__class__ is not DeviceTensor or out._reports_cuda == cuda:
             return out
         if out is source:
             out = _to(source, *args, **{**kwargs, "copy": True})
-        out._reports_cuda = True
+        out._reports_cuda = cuda
         return out
 
     def cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
         if device is not None:
             _check_ordinal(device)
         out = _to(self, backing, non_blocking=non_blocking, memory_format=memory_format)
-        return _as_cuda(out, self, (backing,), {"non_blocking": non_blocking,
-                                                "memory_format": memory_format}) if emulating else out
+        return _reporting(out, self, (backing,), {"non_blocking": non_blocking,
+                                                  "memory_format": memory_format}) if emulating else out
 
     original_new = vars(DeviceTensor)["__new__"].__func__
 

@@ -32,7 +32,7 @@ def _tensor_tensor(instr: Instruction, target: NeuronConfig) -> float:
     return _ns(n if fast else 2 * n, instr, target)
 
 
-@cost("vector", "tensor_scalar", "tensor_copy", "select", "dropout")
+@cost("vector", "tensor_scalar", "tensor_copy", "select", "dropout", "nc_transpose")
 def _streaming(instr: Instruction, target: NeuronConfig) -> float:
     return _ns(instr.free_size / vector_stream_rate(instr.dtype, target), instr, target)
 
@@ -43,6 +43,12 @@ def _memset(instr: Instruction, target: NeuronConfig) -> float:
     if instr.attr("value", 0) == 0 and is_two_byte(instr.dtype):
         n /= 2
     return _ns(n, instr, target)
+
+
+@cost("vector", "tensor_tensor_scan")
+def _tensor_tensor_scan(instr: Instruction, target: NeuronConfig) -> float:
+    # Two tensor inputs and a serial carry: the ISA's two-input rule (2N), whatever the dtype.
+    return _ns(2 * instr.free_size, instr, target)
 
 
 @cost("vector", "tensor_reduce")

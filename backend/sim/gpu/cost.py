@@ -15,8 +15,10 @@ Memory time comes from L2 for kernels whose traffic fits there, from HBM otherwi
 - everything else runs on CUDA cores at max_compute_efficiency x the fp32 (fp64) peak, which
   almost never matters: such ops are memory-bound.
 
-FLOPs and HBM bytes read and written come from ``backend.sim.flops`` so that the GPU and the
-NeuronCore count the same work (in-place list ops such as ``_fused_adamw_`` included).
+FLOPs and the bytes read and written come from ``backend.sim.flops`` so that the GPU and the
+NeuronCore count the same work (in-place list ops such as ``_fused_adamw_`` included); a kernel
+reports them split by the level that serves them (L2 or HBM), so each level's bandwidth bound
+can be checked on its own.
 """
 from __future__ import annotations
 
@@ -40,7 +42,9 @@ log = logging.getLogger(__name__)
 class KernelCost:
     """Time split of one kernel; ``tensor_ns``/``cuda_ns`` run one after the other in a CTA.
 
-    ``launch_ns`` is host time to enqueue it; ``memory_ns`` is served from L2 when ``l2_hit``.
+    ``launch_ns`` is host time to enqueue it. ``read_bytes``/``write_bytes`` are the kernel's
+    memory traffic; ``l2_read_bytes``/``l2_write_bytes`` the share of it served by L2 (all of it
+    when ``l2_hit``), the rest crosses HBM. ``memory_ns`` streams each share at its level's rate.
     """
 
     launch_ns: float
@@ -48,11 +52,25 @@ class KernelCost:
     cuda_ns: float
     memory_ns: float
     flops: int
-    hbm_read_bytes: int
-    hbm_write_bytes: int
+    read_bytes: int
+    write_bytes: int
     plan: GemmPlan | None = None
     tensor_flops: int = 0           # the share of ``flops`` done on tensor cores
-    l2_hit: bool = False
+    l2_read_bytes: int = 0
+    l2_write_bytes: int = 0
+
+    @property
+    def l2_hit(self) -> bool:
+        """Every byte is served from L2."""
+        return self.l2_read_bytes + self.l2_write_bytes == self.read_bytes + self.write_bytes
+
+    @property
+    def hbm_read_bytes(self) -> int:
+        return self.read_bytes - self.l2_read_bytes
+
+    @property
+    def hbm_write_bytes(self) -> int:
+        return self.write_bytes - self.l2_write_bytes
 
     @property
     def compute_ns(self) -> float:
@@ -110,14 +128,14 @@ def _matmul_compute(config: GpuConfig, shape: GemmShape | None, dtype: str, flop
 
 
 def gemm_cost(config: GpuConfig, shape: GemmShape, dtype: str, launch_ns: float,
-              hbm_read_bytes: int | None = None, hbm_write_bytes: int | None = None) -> KernelCost:
+              read_bytes: int | None = None, write_bytes: int | None = None) -> KernelCost:
     """One GEMM kernel from explicit numbers; bytes default to reading A, B and writing C."""
     itemsize = DTYPE_BYTES.get(dtype, 4)
-    if hbm_read_bytes is None:
-        hbm_read_bytes = shape.batch * (shape.m + shape.n) * shape.k * itemsize
-    if hbm_write_bytes is None:
-        hbm_write_bytes = shape.batch * shape.m * shape.n * itemsize
-    return _matmul_kernel(config, shape, dtype, shape.flops, hbm_read_bytes, hbm_write_bytes, launch_ns)
+    if read_bytes is None:
+        read_bytes = shape.batch * (shape.m + shape.n) * shape.k * itemsize
+    if write_bytes is None:
+        write_bytes = shape.batch * shape.m * shape.n * itemsize
+    return _matmul_kernel(config, shape, dtype, shape.flops, read_bytes, write_bytes, launch_ns)
 
 
 def _matmul_kernel(config: GpuConfig, shape: GemmShape | None, dtype: str, flops: int,
@@ -129,18 +147,20 @@ def _matmul_kernel(config: GpuConfig, shape: GemmShape | None, dtype: str, flops
     on_tensor = track == "tensor_core"
     tensor_ns, cuda_ns = (compute_ns, 0.0) if on_tensor else (0.0, compute_ns)
     # split-K partials are written and read back once each
-    return KernelCost(launch_ns, tensor_ns, cuda_ns, memory_ns, flops,
-                      read_bytes + extra // 2, write_bytes + extra // 2, plan,
-                      flops if on_tensor else 0, fits_in_l2(config, traffic))
+    read, write = read_bytes + extra // 2, write_bytes + extra // 2
+    in_l2 = fits_in_l2(config, traffic)
+    return KernelCost(launch_ns, tensor_ns, cuda_ns, memory_ns, flops, read, write, plan,
+                      flops if on_tensor else 0, read * in_l2, write * in_l2)
 
 
-def stream_cost(config: GpuConfig, flops: int, dtype: str, hbm_read_bytes: int,
-                hbm_write_bytes: int, launch_ns: float) -> KernelCost:
+def stream_cost(config: GpuConfig, flops: int, dtype: str, read_bytes: int, write_bytes: int,
+                launch_ns: float) -> KernelCost:
     """A CUDA-core kernel (elementwise, reduction, copy) from explicit numbers."""
-    traffic = hbm_read_bytes + hbm_write_bytes
+    traffic = read_bytes + write_bytes
+    in_l2 = fits_in_l2(config, traffic)
     return KernelCost(launch_ns, 0.0, vector_compute_ns(config, flops, dtype),
-                      memory_time_ns(config, traffic), flops, hbm_read_bytes, hbm_write_bytes,
-                      l2_hit=fits_in_l2(config, traffic))
+                      memory_time_ns(config, traffic), flops, read_bytes, write_bytes,
+                      l2_read_bytes=read_bytes * in_l2, l2_write_bytes=write_bytes * in_l2)
 
 
 def _record_dtype(record: OpRecord) -> str:
@@ -166,7 +186,7 @@ def fused_cost(config: GpuConfig, records: list[OpRecord], launch_ns: float,
                internal_bytes_saved: int = 0) -> KernelCost:
     """One compiled kernel running ``records``: one launch, their FLOPs summed.
 
-    HBM traffic is the records' own traffic less ``internal_bytes_saved`` (intermediates that
+    Memory traffic is the records' own traffic less ``internal_bytes_saved`` (intermediates that
     stay on chip, counted by the caller who knows the graph). Each intermediate saves one write
     and at least one read, so the saving comes off writes and reads in equal halves, each
     clamped to what is there. Each record's traffic is served where it would be eagerly (L2
@@ -175,7 +195,7 @@ def fused_cost(config: GpuConfig, records: list[OpRecord], launch_ns: float,
     epilogue follows its mainloop).
     """
     tensor_ns = cuda_ns = 0.0
-    flops = tensor_flops = read = write = extra = l2_served = 0
+    flops = tensor_flops = read = write = extra = l2_read = l2_write = 0
     for record in records:
         part = record_cost(config, record, 0.0)
         tensor_ns += part.tensor_ns
@@ -185,14 +205,15 @@ def fused_cost(config: GpuConfig, records: list[OpRecord], launch_ns: float,
         extra += part.plan.extra_hbm_bytes if part.plan else 0
         r, w = op_read_write_bytes(record)
         read, write = read + r, write + w
-        l2_served += part.hbm_read_bytes + part.hbm_write_bytes if part.l2_hit else 0
+        l2_read, l2_write = l2_read + part.l2_read_bytes, l2_write + part.l2_write_bytes
     saved_write = min(write, internal_bytes_saved // 2)
     saved_read = min(read, internal_bytes_saved - saved_write)
     read, write = read - saved_read + extra // 2, write - saved_write + extra // 2
-    from_hbm = max(0, read + write - l2_served)
-    memory_ns = split_memory_time_ns(config, read + write - from_hbm, from_hbm)
+    l2_read, l2_write = min(l2_read, read), min(l2_write, write)
+    from_hbm = read + write - l2_read - l2_write
+    memory_ns = split_memory_time_ns(config, l2_read + l2_write, from_hbm)
     return KernelCost(launch_ns, tensor_ns, cuda_ns, memory_ns, flops, read, write, None,
-                      tensor_flops, from_hbm == 0)
+                      tensor_flops, l2_read, l2_write)
 
 
 def transfer_ns(config: GpuConfig, nbytes: int) -> float:

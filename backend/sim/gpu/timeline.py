@@ -19,11 +19,10 @@ whole group.
 """
 from __future__ import annotations
 
-from backend.sim.collectives import collective_cost
 from backend.sim.descriptors import OpRecord
 from backend.sim.gpu.cost import KernelCost, fused_cost, record_cost, transfer_ns
 from backend.sim.gpu.presets import GpuConfig, get_gpu
-from backend.sim.overlap import WAIT_OP, WAITS_FOR, CollectiveLane, is_collective
+from backend.sim.overlap import CollectiveLane, is_collective
 from backend.sim.presets import DEFAULT_GPU_TARGET
 from backend.sim.stream import StreamTimeline
 from backend.sim.trace import OpSummary, Trace
@@ -73,13 +72,10 @@ class GpuSession(StreamTimeline):
     def feed(self, record: OpRecord) -> None:
         """Cost one eager op on the stream."""
         self._keep("feed", record)
-        waits = record.attrs.get(WAITS_FOR)
-        if waits:
-            self._wait(self._lane.until(waits))
-        if record.name == WAIT_OP:
+        if self._await_collectives(record):
             return
         if is_collective(record.name):
-            self._feed_collective(record)
+            self._feed_collective(record, self._enqueue())      # launched like a kernel
         elif record.transfer:
             self._feed_copy(record)
         elif record.is_view:
@@ -108,8 +104,8 @@ class GpuSession(StreamTimeline):
         start = self._enqueue()
         summary = self._summary(name, kind, record, start + cost.device_ns)
         summary.busy_ns.update(tensor_core=cost.tensor_ns, cuda_core=cost.cuda_ns, hbm=cost.memory_ns)
-        summary.hbm_read_bytes = cost.hbm_read_bytes
-        summary.hbm_write_bytes = cost.hbm_write_bytes
+        summary.hbm_read_bytes, summary.hbm_write_bytes = cost.hbm_read_bytes, cost.hbm_write_bytes
+        summary.l2_read_bytes, summary.l2_write_bytes = cost.l2_read_bytes, cost.l2_write_bytes
         summary.flops = cost.flops
         summary.instruction_count = 1
         index = summary.op_index
@@ -118,31 +114,8 @@ class GpuSession(StreamTimeline):
         self._event(after_mma, cost.cuda_ns, "cuda_core", "simt", index,
                     flops=cost.flops - cost.tensor_flops)
         self._event(start, cost.memory_ns, "hbm", "l2_stream" if cost.l2_hit else "hbm_stream",
-                    index, cost.hbm_read_bytes + cost.hbm_write_bytes)
+                    index, cost.read_bytes + cost.write_bytes)
         return self._append(summary)
-
-    def _feed_collective(self, record: OpRecord) -> None:
-        """A collective on the NCCL stream: launched like a kernel, it starts once the compute
-        stream's earlier work is done and the NCCL stream is free; the compute stream goes on."""
-        attrs = record.attrs
-        cost = collective_cost(attrs["collective"], attrs["nbytes"], attrs["ranks"], attrs.get("topology"),
-                               attrs.get("algorithm", "auto"))
-        start = self._lane.start(self._enqueue())
-        summary = self._summary(record.name, "op", record, start + cost.time_ns)
-        summary.start_ns = start
-        summary.busy_ns = {"collective": cost.time_ns}
-        summary.instruction_count = 1
-        if "collective" not in self._trace.engines:
-            self._trace.engines = (*self._trace.engines, "collective")   # the lane appears with its first collective
-        self._event(start, cost.time_ns, "collective", cost.collective, summary.op_index, cost.nbytes)
-        self._trace.add_op(summary)
-        self._lane.finish(record.index, summary.end_ns)
-
-    def _wait(self, until_ns: float) -> None:
-        """The compute stream waits for the NCCL stream until ``until_ns`` (a ``wait`` row)."""
-        if until_ns > self._now_ns:
-            self._trace.add_wait(self._now_ns, until_ns)
-            self._now_ns = until_ns
 
     def _feed_copy(self, record: OpRecord) -> None:
         # a copy pays the same host-side API overhead as a kernel launch, then waits for the

@@ -7,7 +7,9 @@ fusion is costed when it closes (the next MXU op, a transfer or a compiled kerne
 ``trace`` shows the running fusion as if closed, and takes it back if the next op joins it, so a
 reader that looks after every op (the workbench's memory sampler) changes nothing. Compiled
 kernels fed by ``feed_kernel`` are one fusion each. Views cost nothing (inside a fusion their rows
-follow it); host<->chip transfers go over the host link on the ``copy`` track.
+follow it); host<->chip transfers go over the host link on the ``copy`` track. Collectives run
+on their own lane, priced on the topology the process group names (a slice's ICI torus from
+``backend.sim.tpu.collectives.slice_topology``), beside the fusions.
 
 Tracks use the engine classes the Trace summary understands: ``tensor`` is the MXUs, ``vector``
 the VPU, ``hbm`` the memory stream, ``copy`` the host link.
@@ -15,6 +17,7 @@ the VPU, ``hbm`` the memory stream, ``copy`` the host link.
 from __future__ import annotations
 
 from backend.sim.descriptors import OpRecord
+from backend.sim.overlap import WAIT_OP, WAITS_FOR, CollectiveLane, is_collective
 from backend.sim.presets import DEFAULT_TPU_TARGET
 from backend.sim.tpu.cost import FusionCost, fused_cost, transfer_ns
 from backend.sim.tpu.fusion import PendingFusion
@@ -64,13 +67,20 @@ class TpuSession(StreamTimeline):
         self._now_ns = 0.0
         self._pending = PendingFusion()
         self._shown: tuple | None = None     # the fusion ``trace`` closed for a reader, and where
+        self._lane = CollectiveLane()
 
     # -- feeding -----------------------------------------------------------------------------
     def feed(self, record: OpRecord) -> None:
         """Add one op to the running fusion (or cost it, for transfers and views)."""
         self._keep("feed", record)
         self._reopen()
-        if record.transfer:
+        if record.name == WAIT_OP or WAITS_FOR in record.attrs or is_collective(record.name):
+            self._close_fusion()               # what came before is the data the collective moves
+            if self._await_collectives(record):
+                return
+        if is_collective(record.name):
+            self._feed_collective(record, self._now_ns)
+        elif record.transfer:
             self._close_fusion()
             self._feed_transfer(record, self._now_ns)
         elif record.is_view:

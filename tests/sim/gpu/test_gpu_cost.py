@@ -12,7 +12,7 @@ RAMP_NS = 100.0                          # 100 cycles at 1 GHz
 
 
 def test_launch_only_kernel_costs_the_launch_overhead():
-    cost = stream_cost(ROUND, flops=0, dtype="float32", hbm_read_bytes=0, hbm_write_bytes=0,
+    cost = stream_cost(ROUND, flops=0, dtype="float32", read_bytes=0, write_bytes=0,
                        launch_ns=ROUND.launch_overhead_ns)
     assert cost.total_ns == 1000.0
     assert cost.bound == "launch"

@@ -40,7 +40,7 @@ def test_get_gpu():
     assert set(PRESETS) == {"a100", "h100", "h200"}
     with pytest.raises(ValueError, match="unknown target 'mi300x'; known gpu targets: a100, h100, h200"):
         get_gpu("mi300x")
-    with pytest.raises(ValueError, match=r"unknown target 'trn2'; .*\('trn2' is a neuron target\)"):
+    with pytest.raises(ValueError, match=r"unknown target 'trn2'; .*\('trn2' is a neuron target: select it on the 'neuron'"):
         get_gpu("trn2")
 
 

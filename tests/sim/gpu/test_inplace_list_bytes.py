@@ -39,13 +39,13 @@ CASES = [
 def test_in_place_list_ops_pay_for_the_lists_they_write(record, read, written):
     assert op_read_write_bytes(record) == (read, written)
     cost = record_cost(ROUND, record, 0.0)
-    assert (cost.hbm_read_bytes, cost.hbm_write_bytes) == (read, written)
+    assert (cost.read_bytes, cost.write_bytes) == (read, written)
 
 
 def test_fused_adamw_exact_bytes_and_memory_time():
     cost = record_cost(ROUND, adamw(), 0.0)
-    assert (cost.hbm_read_bytes, cost.hbm_write_bytes) == (640, 480)
-    assert fused_cost(ROUND, [adamw()], 0.0).hbm_write_bytes == 480
+    assert (cost.read_bytes, cost.write_bytes) == (640, 480)
+    assert fused_cost(ROUND, [adamw()], 0.0).write_bytes == 480
 
 
 def test_records_that_list_outputs_keep_the_inputs_plus_outputs_rule():
@@ -65,7 +65,7 @@ def _neuron_hbm_bytes(record) -> tuple[int, int]:
 @pytest.mark.parametrize("record,read,written", CASES, ids=lambda c: getattr(c, "name", None))
 def test_neuron_lowering_and_gpu_model_stream_the_same_bytes(record, read, written):
     cost = record_cost(ROUND, record, 0.0)
-    assert _neuron_hbm_bytes(record) == (cost.hbm_read_bytes, cost.hbm_write_bytes) == (read, written)
+    assert _neuron_hbm_bytes(record) == (cost.read_bytes, cost.write_bytes) == (read, written)
 
 
 def test_every_op_with_a_list_arity_has_a_lowering():

@@ -54,7 +54,7 @@ def test_the_tpu_kind_in_the_one_lookup():
     assert get_target(kind="tpu") is v6e and DEFAULT_TPU_TARGET == DEFAULT_TARGETS["tpu"] == "v6e"
     assert get_tpu() is v6e and get_tpu(v5e) is v5e
     with pytest.raises(ValueError, match=r"unknown target 'h100'; known tpu targets: v5e, v5p, v6e "
-                                         r"\('h100' is a gpu target\)"):
+                                         r"\('h100' is a gpu target: select it on the 'cuda' device"):
         get_tpu("h100")
 
 
