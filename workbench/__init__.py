@@ -54,6 +54,7 @@ _LAZY = {
     "cost_table": "workbench.pricing",
     "sweep": "workbench.sweeps",
     "fit_chips": "workbench.fit",
+    "pipeline_step": "workbench.pipeline",
     "SWEEP_COLUMNS": "workbench.sweeps",
     "targets": "workbench.hardware",
     "target": "workbench.hardware",

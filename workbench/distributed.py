@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from backend.distributed import BACKEND_NAME, TOPOLOGY_ENV, NeuronOptions
+from backend.distributed.placement import rank_topology
 
 __all__ = ["launch", "fake_world", "RANK_TRACE"]
 
@@ -108,9 +109,13 @@ def launch(fn, nprocs: int, *args, backend: str = BACKEND_NAME, topology: str | 
     return [by_rank[r] for r in range(nprocs)]
 
 
-def fake_world(world_size: int, rank: int = 0, topology: str | None = None) -> None:
+def fake_world(world_size: int, rank: int = 0, topology: str | None = None, ranks_per_chip: int | None = None) -> None:
     """Make this process rank ``rank`` of a ``world_size`` world on PyTorch's fake process group:
     no values are exchanged, every collective is still priced on ``topology``.
+
+    Ranks are placed as jobs place them: one per NeuronCore on a Trainium topology (32 per
+    trn1.32xlarge; 128 per trn2.48xlarge, 64 at LNC=2 -- the selected target's cores when it is
+    that chip), one per GPU. ``ranks_per_chip`` overrides that (1: one rank per chip).
 
     What a collective leaves in a device tensor is this rank's own data, not the world's result,
     so reading it or anything computed from it (``.item()``, ``.cpu()``, printing) raises
@@ -121,5 +126,6 @@ def fake_world(world_size: int, rank: int = 0, topology: str | None = None) -> N
     ``dist.destroy_process_group()``."""
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
+    ranks_see = rank_topology(topology or os.environ.get(TOPOLOGY_ENV), ranks_per_chip)
     dist.init_process_group(BACKEND_NAME, store=FakeStore(), rank=rank, world_size=world_size,
-                            pg_options=NeuronOptions(fake=True, topology=topology))
+                            pg_options=NeuronOptions(fake=True, topology=ranks_see))

@@ -52,7 +52,7 @@ def create_process_group(common_opts, backend_opts) -> NeuronProcessGroup:
 def build_process_group(common_opts, backend_opts, device_type: str, default_topology=None) -> NeuronProcessGroup:
     """The group of one rank for tensors of ``device_type``; its topology is the options', else
     ``$WORKBENCH_TOPOLOGY``, else ``default_topology``, else the default preset."""
-    options = backend_opts if isinstance(backend_opts, NeuronOptions) else NeuronOptions()
+    options = backend_opts if isinstance(backend_opts, NeuronOptions) else _world_options()
     if device_type == BACKEND_NAME and not options.fake:
         bind_local_core()
     rank, size = common_opts.group_rank, common_opts.group_size
@@ -68,6 +68,15 @@ def build_process_group(common_opts, backend_opts, device_type: str, default_top
     # Collectives still go through NeuronProcessGroup's Python overrides, which report them.
     group._register_backend(torch.device(device_type), dist.ProcessGroup.BackendType.CUSTOM, exchange)
     return group
+
+
+def _world_options() -> NeuronOptions:
+    """What ``new_group`` (a DeviceMesh's dimensions, ...) gets without options: the world's, so
+    a sub-group of a fake world is fake too (gloo over PyTorch's ``FakeStore`` cannot start)."""
+    world = dist.distributed_c10d._get_default_group() if dist.is_initialized() else None
+    if isinstance(world, NeuronProcessGroup):
+        return NeuronOptions(fake=world.moves_no_values, topology=world.topology)
+    return NeuronOptions()
 
 
 _LOOPBACK = "127.0.0.1"

@@ -84,10 +84,11 @@ def _pairwise(collective, outputs, inputs, opts):
 class NeuronProcessGroup(dist.ProcessGroup):
     """Collectives of one rank: values through ``exchange``, costs through the op stream."""
 
-    def __init__(self, exchange, rank: int, size: int, topology: str, fake: bool = False):
+    def __init__(self, exchange, rank: int, size: int, topology, fake: bool = False):
         super().__init__(rank, size)
         self._exchange = exchange
         self.topology = topology
+        self.moves_no_values = fake         # built on PyTorch's fake process group
         # One rank of a fake world: outputs keep this rank's own data, so they are marked as
         # values the world did not compute (``backend.device.fake_values``).
         self.fake = fake and size > 1

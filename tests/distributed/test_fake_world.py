@@ -9,6 +9,7 @@ from backend.device.fake_values import FakeWorldValueError
 from backend.device.timing_only import TimingOnlyError
 from backend.distributed import BACKEND_NAME, NeuronProcessGroup
 from backend.sim.collectives import collective_cost
+from backend.sim.topology import get_topology, per_core
 from workbench.distributed import fake_world
 
 
@@ -34,7 +35,7 @@ def test_rank0_trace_of_a_1024_rank_world(world_1024, neuron):
     lane = [op for op in prof.trace.ops if op.name.startswith("collective::") and op.kind != "wait"]
     assert [op.name for op in lane] == ["collective::all_reduce", "collective::reduce_scatter",
                                         "collective::barrier"]
-    expected = collective_cost("all_reduce", 2**26, 1024, "trn2.48xlarge")
+    expected = collective_cost("all_reduce", 2**26, 1024, per_core("trn2.48xlarge", 8))   # 8 instances
     assert expected.algorithm == "hierarchical"
     assert lane[0].end_ns - lane[0].start_ns == pytest.approx(expected.time_ns)
     assert "collective" in prof.trace.engines
@@ -146,3 +147,59 @@ def test_object_collectives_fail_clearly_or_work(world_1024):
     gathered = [None] * 1024
     dist.all_gather_object(gathered, "config")            # identical ranks: each has this rank's
     assert set(gathered) == {"config"}
+
+
+def test_sub_groups_of_a_fake_world_are_fake(world_1024, neuron):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("neuron", (8, 128), mesh_dim_names=("pp", "tp"))
+    pp = mesh["pp"].get_group()
+    assert isinstance(pp, NeuronProcessGroup) and pp.moves_no_values and pp.topology == world_1024.topology
+    assert dist.get_process_group_ranks(pp) == list(range(0, 1024, 128))
+    x = torch.ones(4, device=neuron)
+    dist.all_reduce(x, group=pp)
+    with pytest.raises(FakeWorldValueError, match="all_reduce of a 8-rank fake world"):
+        x.sum().item()
+
+
+def _all_reduce_lane(world: int, topology: str, **placement):
+    fake_world(world, topology=topology, **placement)
+    try:
+        with wb.profile() as prof:
+            dist.all_reduce(torch.ones(2**20, device="neuron"))
+    finally:
+        dist.destroy_process_group()
+    (op,) = [op for op in prof.trace.ops if op.name == "collective::all_reduce"]
+    return op.end_ns - op.start_ns
+
+
+def test_32_neuroncore_ranks_of_trn1_are_priced_as_one_instance(neuron):
+    one_instance = collective_cost("all_reduce", 2**22, 32, per_core("trn1", 2))
+    assert {p.level for p in one_instance.phases} == {"intra"}
+    assert _all_reduce_lane(32, "trn1") == pytest.approx(one_instance.time_ns)
+    # Counted per chip, the same 32 ranks would span two instances over EFA.
+    two_instances = collective_cost("all_reduce", 2**22, 32, "trn1")
+    assert "inter" in {p.level for p in two_instances.phases}
+    assert _all_reduce_lane(32, "trn1", ranks_per_chip=1) == pytest.approx(two_instances.time_ns)
+    assert two_instances.time_ns > one_instance.time_ns
+
+
+@pytest.mark.parametrize("target,per_instance", [("trn2", 128), ("trn2/lnc2", 64)])
+def test_trn2_instances_hold_a_rank_per_logical_core(neuron, target, per_instance):
+    torch.neuron.set_target(target)
+    fake_world(256, topology="trn2")
+    try:
+        assert dist.group.WORLD.topology.devices_per_node == per_instance
+    finally:
+        dist.destroy_process_group()
+    inside = collective_cost("all_reduce", 2**22, per_instance, per_core("trn2", per_instance // 16))
+    assert _all_reduce_lane(per_instance, "trn2") == pytest.approx(inside.time_ns)
+
+
+def test_gpu_ranks_are_one_per_gpu(neuron):
+    fake_world(16, topology="h100")
+    try:
+        assert dist.group.WORLD.topology is get_topology("h100")     # the preset itself: 8 GPUs a node
+    finally:
+        dist.destroy_process_group()
+    assert get_topology("h100").devices_per_node == 8
