@@ -140,7 +140,9 @@ def run_point(fn_or_model, point: dict, inputs: Callable | None = None, ddp_opti
         raise ValueError("sweep(): a model needs inputs=, a function batch -> input tensor")
     point, = check_points(fn_or_model, [point])
     device = _device_of(point["target"])
-    fake_world(point["chips"], topology=_topology_of(point))
+    # A point's "chips" are whole chips, one rank each, as the grid's key says (fake_world's default
+    # would place one rank per NeuronCore).
+    fake_world(point["chips"], topology=_topology_of(point), ranks_per_chip=1)
     try:
         with wb.use_device(device, target=point["target"]):
             if isinstance(fn_or_model, nn.Module):
