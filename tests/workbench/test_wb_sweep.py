@@ -17,16 +17,18 @@ def all_reduce_step(target, chips, parallelism, batch):
     dist.all_reduce(grads)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def local_ray():
+    """A Ray the test starts itself, shut down after it: later tests start (or refuse) their own."""
     import sys
 
     import ray
     # Ray workers cannot import this test module: ship its functions by value, as a notebook's are.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+    from workbench.ray_cluster import ray_session
+
+    with ray_session(None, num_cpus=2, connect_timeout_s=10) as started:   # loopback only, as a sweep's own
+        yield started
 
 
 def test_grid_points_are_the_product_in_key_order():
