@@ -57,8 +57,9 @@ def _forget(indices) -> None:
 @record_tagger
 def waits_for_collectives(func, host_inputs) -> dict | None:
     """Tag an op touching a buffer of a collective in flight (the mutated tensor of an in-place
-    op is among its inputs)."""
-    if not _in_flight:
+    op is among its inputs). Not while Dynamo traces: a compiled graph's ops are recorded when it
+    runs, and tracing into the storage lookup would break the graph."""
+    if not _in_flight or torch.compiler.is_compiling():
         return None
     found = {_in_flight.get(_storage_key(t)) for t in host_inputs if isinstance(t, torch.Tensor)}
     found.discard(None)
