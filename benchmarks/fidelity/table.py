@@ -92,7 +92,7 @@ def _tutorial_hbm_bytes(variant: str, target: NeuronConfig) -> int:
 
 
 def _tutorial_gap(target: NeuronConfig) -> str:
-    """Why the simpler loops stay below the published times (issue 12): not a per-transfer cost,
+    """Why the simpler loops stay below the published times: not a per-transfer cost,
     with the what-if that a smaller per-core DMA rate would give, computed, not asserted."""
     rates = [_tutorial_hbm_bytes(v, target) / ns for v, ns in _TUTORIAL_PUBLISHED_NS.items()]
     engines = _WHAT_IF_DMA_ENGINES
@@ -201,7 +201,7 @@ def _optimised(target: NeuronConfig) -> Row:
                   "be DMA-bound at their ceiling rather than compute-bound as predicted")
 
 
-# Why the Mamba rows stay below the published XLA figure (issue 12): not a missing per-transfer cost.
+# Why the Mamba rows stay below the published XLA figure: not a missing per-transfer cost.
 _MAMBA_GAP = ("published = 296 us per scan step for 64 KiB of useful data; the modelled DMA start latency "
               "(1.3 us) and 256 B descriptor slots give 25-51 us per step over 16 engines; the same "
               "16,384 element descriptors per step serialised on ONE queue would give 247 us/step (126 ms), "
