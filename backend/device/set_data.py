@@ -25,10 +25,6 @@ __all__ = ["install_data_setter"]
 _DATA = torch._C.TensorBase.data
 
 
-def _data_get(self):
-    return _DATA.__get__(self)
-
-
 def _data_set(self, new) -> None:
     self_on_device, new_on_device = isinstance(self, DeviceTensor), isinstance(new, DeviceTensor)
     if not (self_on_device or new_on_device) or not isinstance(new, torch.Tensor):
@@ -60,7 +56,8 @@ def _swap_data(self: torch.Tensor, new: torch.Tensor) -> None:
 def install_data_setter() -> None:
     """Route ``tensor.data = value`` through the device-aware setter. Idempotent."""
     if not isinstance(vars(torch.Tensor).get("data"), property):
-        torch.Tensor.data = property(_data_get, _data_set, doc=_DATA.__doc__)
+        # The getter is PyTorch's own descriptor, so reading .data adds no Python frame.
+        torch.Tensor.data = property(_DATA.__get__, _data_set, doc=_DATA.__doc__)
 
 
 # Installed on import, as ``dispatch`` installs DeviceTensor.__torch_dispatch__.
