@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 
+import torch
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 __all__ = ["Remat", "named", "NAMES"]
@@ -27,9 +28,17 @@ NAMES = frozenset({"input_norm", "query_proj", "key_proj", "value_proj", "rope",
 _CURRENT: ContextVar[str | None] = ContextVar("workbench_remat_name", default=None)
 
 
-@contextlib.contextmanager
 def named(name: str):
-    """Mark the ops run inside as computing ``name`` (one of ``NAMES``)."""
+    """Mark the ops run inside as computing ``name`` (one of ``NAMES``). Under ``torch.compile``
+    it marks nothing (Dynamo would break the graph at each context variable), so a saving
+    :class:`Remat` refuses to run there."""
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return _named(name)
+
+
+@contextlib.contextmanager
+def _named(name: str):
     token = _CURRENT.set(name)
     try:
         yield
@@ -58,6 +67,9 @@ class Remat:
 
     def __call__(self, function, *args, **kwargs):
         """``function(*args, **kwargs)`` under this policy."""
+        if self.saved and torch.compiler.is_compiling():
+            raise NotImplementedError("Remat(saved=...) selects values by name, which runs eagerly; under "
+                                      "torch.compile use Remat() (whole-layer recomputation)")
         context_fn = partial(create_selective_checkpoint_contexts, self._policy) if self.saved else None
         extra = {"context_fn": context_fn} if context_fn else {}
         return checkpoint(function, *args, use_reentrant=False, **extra, **kwargs)
