@@ -19,6 +19,8 @@ Structure (no import cycles, checked by tests/test_import_layering.py):
   ``report`` (standalone HTML), ``export`` (Chrome/Perfetto trace), ``tables`` (CSV/Parquet).
   They register ``Profile.show()``, ``save_html()``, the exports and ``load()`` as presenters
   (``presenters``; the modules providing them are named below), so ``profiles`` never imports them;
+- ``models/``: ``wb.models.Llama`` (Hugging Face's Llama computation with named configs, LoRA and
+  activation recomputation), the one model the notebooks, benchmarks and fidelity cases run;
 - ``migration/``: ``migration_report()``, its questions one module each, the report data and
   its view, and ``workbench migrate``.
 """
@@ -67,7 +69,7 @@ _LAZY = {
     "ServingResult": "workbench.serving",
     "serve_sweep": "workbench.serving",
 }
-__all__ = ["__version__", "figures", "serving", *_LAZY]
+__all__ = ["__version__", "figures", "models", "serving", *_LAZY]
 
 # Which module registers each presenter of a Profile (imported on first use; see presenters).
 _provide("workbench.figures", "profile.figures")
@@ -78,7 +80,7 @@ _provide("workbench.tables", "profile.write_tables")
 
 
 def __getattr__(name):
-    if name in ("figures", "serving"):
+    if name in ("figures", "models", "serving"):
         return import_module(f"workbench.{name}")
     module = _LAZY.get(name)
     if module is None:

@@ -1,7 +1,10 @@
 """Simulator fidelity against published results (``make fidelity``), and simulator speed.
 
-``kernels``: the NKI matmul tutorial's variants and a DMA; ``workloads``: whole-model op streams
-and torch programs; ``table``: the one table (predicted, published, ratio, error band);
+``cases``: published results as data (value, citation, configuration) with builders that run
+real ``nn.Module``\\ s (``models``: training steps of HF BERT and the shared ``wb.models.Llama``;
+``tpu``: the MaxText rows); ``kernels``: the NKI matmul tutorial's variants and a DMA;
+``workloads``: the Mamba layer's torch reference; ``table``: the one table (predicted, published,
+ratio, error band);
 ``speed``: how fast the simulator itself runs.
 """
 from benchmarks.fidelity.table import Row, format_table, gpu_rows, neuron_rows

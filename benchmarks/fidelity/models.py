@@ -1,16 +1,13 @@
-"""The BERT-large and LoRA Llama training steps as torch programs, eager or ``torch.compile``d.
+"""Training steps of real ``nn.Module``\\ s, eager or ``torch.compile``\\ d, timed on data-free tensors.
 
-The op-stream rows (``workloads``) describe the eager aten stream directly; the published
-figures come from Neuron's whole-graph (torch-neuronx / XLA) execution. These modules are the
-same layer stacks as ``nn.Module``\\ s, so one training step -- forward, backward and a fused
-AdamW step, as the eager streams do -- can run through ``torch.compile(backend="neuron")`` as
-well as eagerly, on data-free tensors (``torch.neuron.timing_only()``) to keep host cost low.
-
-Attention is the fused flash-attention op (``_scaled_dot_product_flash_attention_for_cpu``), as
-in the eager streams and Neuron's attention kernels: ``F.scaled_dot_product_attention`` on the
-``neuron`` device takes PyTorch's math path (fp32 upcast, explicit softmax), which neither the
-streams nor Neuron's compiler use. The step is timed on its second call: the first pays what a
-compiled graph does once (Dynamo tracing, parameter relayouts, hoisted kernels).
+The fidelity cases' models: Hugging Face's ``BertForPreTraining`` built from bert-large's
+configuration, and the shared ``wb.models.Llama`` (Llama-3.1-8B with rank-16 LoRA adapters on
+q and v, as peft attaches them). One training step -- forward, loss, backward, a fused AdamW
+step over the trainable parameters -- runs eagerly and through ``torch.compile(backend="neuron")``
+on timing-only tensors (``torch.neuron.timing_only()``). The step is timed on its second call:
+the first pays what a compiled graph does once (Dynamo tracing, parameter relayouts, hoisted
+kernels). Identical layers run back to back, so a deep model's step is extrapolated from one and
+two layers: ``t(L) = t(1) + (L - 1) * (t(2) - t(1))``.
 """
 from __future__ import annotations
 
@@ -21,137 +18,84 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from backend.lowering.timeline import replay
 from backend.sim.presets import NeuronConfig
-from benchmarks.fidelity.workloads import per_layer_replay
+from workbench.models import Llama, LlamaConfig, Lora, llama_config
 from workbench.session import profile            # also makes the ``neuron`` device (torch.neuron)
 
-__all__ = ["BertEncoder", "LoraLlama", "training_step_workload", "StepRuns", "step_runs"]
+__all__ = ["BERT_LARGE", "bert_pretraining", "lora_llama", "training_step_workload", "StepRuns", "step_runs",
+           "per_layer_replay", "TrainingModel"]
 
-_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-
-
-def _attention(q, k, v, causal: bool):
-    return _FLASH(q, k, v, is_causal=causal)[0]
-
-
-class _BertBlock(nn.Module):
-    """The eager stream's encoder block: LN -> fused QKV -> attention -> proj, LN -> GELU MLP."""
-
-    def __init__(self, d: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.ln2, self.up, self.down = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        x = x + self.proj(_attention(q, k, v, causal=False).transpose(1, 2).reshape(b, t, d))
-        return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
+# bert-large-uncased's config.json (huggingface.co/google-bert/bert-large-uncased): the rest are
+# BertConfig's defaults, which it shares (GELU, dropout 0.1, 512 positions, 2 token types).
+BERT_LARGE = dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
+                  vocab_size=30522)
 
 
-class BertEncoder(nn.Module):
-    """BERT with its MLM head over every token (decoder tied to the word embeddings)."""
+@dataclass(frozen=True)
+class TrainingModel:
+    """How to build a model of ``layers`` layers and take its loss on one batch."""
 
-    def __init__(self, layers: int, d: int = 1024, heads: int = 16, vocab: int = 30522, positions: int = 512):
-        super().__init__()
-        self.wte, self.wpe, self.wtt = nn.Embedding(vocab, d), nn.Embedding(positions, d), nn.Embedding(2, d)
-        self.ln = nn.LayerNorm(d)
-        self.blocks = nn.ModuleList(_BertBlock(d, heads) for _ in range(layers))
-        self.dense, self.ln_head = nn.Linear(d, d), nn.LayerNorm(d)
-        self.bias = nn.Parameter(torch.zeros(vocab))
-
-    def forward(self, ids):
-        x = self.ln(self.wte(ids) + self.wpe.weight[:ids.shape[1]] + self.wtt.weight[0])
-        for block in self.blocks:
-            x = block(x)
-        return F.linear(self.ln_head(F.gelu(self.dense(x))), self.wte.weight, self.bias)
+    build: Callable[[int], nn.Module]
+    batch: Callable[[], dict]                       # the step's inputs, made on the device
+    loss: Callable[[nn.Module, dict], torch.Tensor]
+    layers: int                                     # of the published model
 
 
-class _RMSNorm(nn.Module):
-    def __init__(self, d: int, eps: float = 1e-5):
-        super().__init__()
-        self.weight, self.eps = nn.Parameter(torch.ones(d)), eps
-
-    def forward(self, x):
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+def _bert_loss(model, batch):
+    return model(**batch).loss
 
 
-def _rope(x, cos, sin):
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+def bert_pretraining(micro_batch: int = 16, seq: int = 128) -> TrainingModel:
+    """Hugging Face's ``BertForPreTraining`` (MLM over every position, NSP), as the Neuron BERT
+    pretraining tutorial trains it, in train mode (dropout on), bf16 parameters."""
+    from transformers import BertConfig, BertForPreTraining
+
+    def build(layers: int) -> nn.Module:
+        config = BertConfig(**{**BERT_LARGE, "num_hidden_layers": layers})
+        return BertForPreTraining(config).to(torch.bfloat16).train()
+
+    def batch() -> dict:
+        vocab = BERT_LARGE["vocab_size"]
+        return {"input_ids": torch.randint(0, vocab, (micro_batch, seq)),
+                "token_type_ids": torch.zeros(micro_batch, seq, dtype=torch.long),
+                "labels": torch.randint(0, vocab, (micro_batch, seq)),
+                "next_sentence_label": torch.randint(0, 2, (micro_batch,))}
+
+    return TrainingModel(build, batch, _bert_loss, BERT_LARGE["num_hidden_layers"])
 
 
-class _LoraLinear(nn.Module):
-    """A frozen bias-free linear with an optional rank-``rank`` adapter ``x A^T B^T``."""
-
-    def __init__(self, d_in: int, d_out: int, rank: int = 0):
-        super().__init__()
-        self.base = nn.Linear(d_in, d_out, bias=False).requires_grad_(False)
-        self.a = nn.Linear(d_in, rank, bias=False) if rank else None
-        self.b = nn.Linear(rank, d_out, bias=False) if rank else None
-
-    def forward(self, x):
-        y = self.base(x)
-        return y + self.b(self.a(x)) if self.a is not None else y
+def _lm_loss(model, batch):
+    logits = model(batch["input_ids"])
+    return F.cross_entropy(logits.view(-1, logits.shape[-1]), batch["input_ids"].view(-1))
 
 
-class _LlamaBlock(nn.Module):
-    def __init__(self, d: int, heads: int, kv_heads: int, ffn: int, rank: int):
-        super().__init__()
-        self.heads, self.kv_heads, hd = heads, kv_heads, d // heads
-        self.norm1, self.norm2 = _RMSNorm(d).requires_grad_(False), _RMSNorm(d).requires_grad_(False)
-        self.q, self.k = _LoraLinear(d, d, rank), _LoraLinear(d, kv_heads * hd)
-        self.v, self.o = _LoraLinear(d, kv_heads * hd, rank), _LoraLinear(d, d)
-        self.gate, self.up, self.down = _LoraLinear(d, ffn), _LoraLinear(d, ffn), _LoraLinear(ffn, d)
+def lora_llama(config: LlamaConfig | str = "Llama-3.1-8B", lora: Lora = Lora(r=16, lora_alpha=32),
+               micro_batch: int = 1, seq: int = 2048) -> TrainingModel:
+    """The shared Llama (a named configuration or a ``LlamaConfig``) with LoRA adapters (base
+    frozen), bf16."""
+    config = llama_config(config) if isinstance(config, str) else config
 
-    def forward(self, x, cos, sin):
-        b, t, d = x.shape
-        hd, groups = d // self.heads, self.heads // self.kv_heads
-        h = self.norm1(x)
-        q = _rope(self.q(h).view(b, t, self.heads, hd).transpose(1, 2), cos, sin)
-        k = _rope(self.k(h).view(b, t, self.kv_heads, hd).transpose(1, 2), cos, sin)
-        v = self.v(h).view(b, t, self.kv_heads, hd).transpose(1, 2)
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        x = x + self.o(_attention(q, k, v, causal=True).transpose(1, 2).reshape(b, t, d))
-        h = self.norm2(x)
-        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+    def build(layers: int) -> nn.Module:
+        return Llama(config.replace(num_hidden_layers=layers), lora=lora, dtype=torch.bfloat16)
+
+    def batch() -> dict:
+        return {"input_ids": torch.randint(0, config.vocab_size, (micro_batch, seq))}
+
+    return TrainingModel(build, batch, _lm_loss, config.num_hidden_layers)
 
 
-class LoraLlama(nn.Module):
-    """Llama-3.1-8B-shaped blocks with rank-16 q/v adapters; frozen base, untied LM head."""
-
-    def __init__(self, layers: int, d: int = 4096, heads: int = 32, kv_heads: int = 8, ffn: int = 14336,
-                 vocab: int = 128256, rank: int = 16):
-        super().__init__()
-        self.hd = d // heads
-        self.embed = nn.Embedding(vocab, d).requires_grad_(False)
-        self.blocks = nn.ModuleList(_LlamaBlock(d, heads, kv_heads, ffn, rank) for _ in range(layers))
-        self.norm = _RMSNorm(d).requires_grad_(False)
-        self.head = nn.Linear(d, vocab, bias=False).requires_grad_(False)
-        # RoPE tables as buffers: the compiled graph reads them as constants
-        self.register_buffer("cos", torch.ones(1, 1, 1, self.hd), persistent=False)
-        self.register_buffer("sin", torch.zeros(1, 1, 1, self.hd), persistent=False)
-
-    def forward(self, ids):
-        x = self.embed(ids)
-        for block in self.blocks:
-            x = block(x, self.cos, self.sin)
-        return self.head(self.norm(x))
-
-
-def training_step_workload(model: nn.Module, ids: torch.Tensor, compiled: bool, target: str):
-    """(workload, target, graph breaks) of one steady-state step: forward, cross-entropy,
-    backward, fused AdamW over the trainable parameters; ``compiled`` runs the step's two parts
-    (forward+backward, optimizer) through ``torch.compile(backend="neuron")``."""
+def training_step_workload(model: nn.Module, batch: dict, loss: Callable, compiled: bool, target: str):
+    """(workload, target, graph breaks) of one steady-state step: forward, loss, backward, fused
+    AdamW over the trainable parameters; ``compiled`` runs the step's two parts (forward+backward,
+    optimizer) through ``torch.compile(backend="neuron")``."""
     from torch._dynamo.utils import counters
 
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-4, fused=True)
 
-    def forward_backward(ids):
-        logits = model(ids)
-        F.cross_entropy(logits.view(-1, logits.shape[-1]), ids.view(-1)).backward()
+    def forward_backward(batch):
+        loss(model, batch).backward()
 
     if compiled:
         torch._dynamo.reset()
@@ -160,13 +104,25 @@ def training_step_workload(model: nn.Module, ids: torch.Tensor, compiled: bool, 
         step = torch.compile(optimizer.step, backend="neuron")
     else:
         step = optimizer.step
-    forward_backward(ids)
+    forward_backward(batch)
     step()
     with profile(target=target, source=False) as prof:
-        forward_backward(ids)
+        forward_backward(batch)
         step()
     breaks = dict(counters["graph_break"]) if compiled else {}
     return prof.workload, prof.workload_target, breaks
+
+
+def per_layer_replay(one: list, two: list, layers: int,
+                     cost: Callable[[list, object], float] = replay) -> Callable[[NeuronConfig], float]:
+    """``run(target) -> ns`` of ``layers`` layers from kept 1- and 2-layer workloads, each timed
+    by ``cost(workload, target)`` (a NeuronCore replay by default)."""
+
+    def run(target: NeuronConfig) -> float:
+        t1 = cost(one, target)
+        return t1 + (layers - 1) * (cost(two, target) - t1)
+
+    return run
 
 
 @dataclass(frozen=True)
@@ -181,20 +137,19 @@ class StepRuns:
     graph_breaks: dict                 # Dynamo's reason -> count, over both compiled depths
 
 
-def step_runs(build: Callable[[int], nn.Module], ids: Callable[[], torch.Tensor], layers: int,
-              target: str) -> StepRuns:
-    """Build ``build(1)`` and ``build(2)`` data-free in bf16 on ``neuron`` and keep one training
-    step of each, eager and compiled."""
+def step_runs(model: TrainingModel, target: str) -> StepRuns:
+    """Build ``model`` at 1 and 2 layers data-free on ``neuron`` and keep one training step of
+    each, eager and compiled."""
     kept: dict = {}
     breaks: dict = {}
     for compiled in (False, True):
         for depth in (1, 2):
             with torch.device("neuron"), torch.neuron.timing_only():
-                model, tokens = build(depth).to(torch.bfloat16), ids()
-            workload, kept_target, graph_breaks = training_step_workload(model, tokens, compiled, target)
+                net, batch = model.build(depth), model.batch()
+            workload, kept_target, graph_breaks = training_step_workload(net, batch, model.loss, compiled, target)
             kept[compiled, depth] = workload
             for reason, count in graph_breaks.items():
                 breaks[reason] = breaks.get(reason, 0) + count
-    return StepRuns(per_layer_replay(kept[False, 1], kept[False, 2], layers),
-                    per_layer_replay(kept[True, 1], kept[True, 2], layers), kept_target,
+    return StepRuns(per_layer_replay(kept[False, 1], kept[False, 2], model.layers),
+                    per_layer_replay(kept[True, 1], kept[True, 2], model.layers), kept_target,
                     len(kept[True, 2]), len(kept[False, 2]), breaks)

@@ -1,7 +1,7 @@
 """Multi-chip fidelity rows: the TP32 Llama pretraining and decode rows, with their bands.
 
 ``tp_llama`` builds rank 0's op stream of the tensor-parallel shard on a fake world; here it is
-extrapolated from one and two layers as in ``workloads``, priced on the trn1.32xlarge topology
+extrapolated from one and two layers as in ``models``, priced on the trn1.32xlarge topology
 seen per core, and banded over the compute assumptions (``time_band``) and the topology's
 assumed step latencies.
 """
@@ -13,8 +13,7 @@ from backend.sim.collectives import collective_cost
 from backend.sim.sensitivity import PRESET, Effect, Knob, TimeBand, time_band
 from backend.lowering.collectives import priced_on
 from backend.sim.topology import Topology, get_topology
-from benchmarks.fidelity.tp_llama import HEAD_DIM, TP, TRN1_CORES_PER_CHIP, core_topology, tp_llama_records
-from benchmarks.fidelity.workloads import LLAMA_8B
+from benchmarks.fidelity.tp_llama import HEAD_DIM, LLAMA_8B, TP, TRN1_CORES_PER_CHIP, core_topology, tp_llama_records
 
 __all__ = ["core_topology", "tp_llama_records", "llama_pretraining_row", "llama_decode_row", "TRN1_CORES_PER_CHIP",
            "dominant_note"]

@@ -10,12 +10,11 @@ import logging
 from dataclasses import dataclass, replace
 from collections.abc import Callable
 
-import torch
 
 from backend.sim import get_target
 from backend.sim.presets import NeuronConfig
 from backend.sim.sensitivity import TimeBand, format_ns, time_band
-from benchmarks.fidelity import kernels, mamba_kernel, models, scaleout, workloads
+from benchmarks.fidelity import cases, kernels, mamba_kernel, scaleout, workloads
 
 __all__ = ["Row", "neuron_rows", "gpu_rows", "all_rows", "format_table"]
 
@@ -65,18 +64,6 @@ def _timed(name: str, run: Callable[[NeuronConfig], float], target: NeuronConfig
            note: str) -> Row:
     band = time_band(run, target)
     return Row(name, band.nominal_ns, published_ns, band, note + scaleout.dominant_note(band))
-
-
-def _compiled_row(name: str, published_ns: float, runs) -> Row:
-    """A layer stack's torch.compile'd step, with its eager twin (the same torch program) in the note."""
-    breaks = "; ".join(f"{reason.splitlines()[0]} x{n}" for reason, n in runs.graph_breaks.items()) or "none"
-    eager_ns = runs.eager(runs.target)
-    return _timed(name, runs.compiled, runs.target, published_ns,
-                  f"torch.compile(backend='neuron') of the same layers as nn.Modules, fwd+bwd and fused "
-                  f"AdamW step, timing-only tensors, extrapolated from 1 and 2 layers "
-                  f"({runs.compiled_ops} kernels vs {runs.eager_ops} eager ops at 2 layers); the same "
-                  f"torch program eagerly: {format_ns(eager_ns)} ({eager_ns / published_ns:.3f}); "
-                  f"graph breaks: {breaks}")
 
 
 # Published latencies of the tutorial's kernels on one trn1 core (matrix_multiplication tutorial table).
@@ -230,24 +217,14 @@ def neuron_rows() -> list[Row]:
                        "scan and functionalises each `scan[..., i] = ...` into copy + select_scatter, which "
                        "copies the whole 8 MiB state HBM->HBM every step (~34 us; a compiler that reinplaces "
                        "it as a slice write would not; not modelled); " + _MAMBA_GAP))
-    bert = workloads.per_layer_run(workloads.bert_pretraining_step, workloads.BERT_LARGE["layers"])
-    rows.append(_timed("BERT-large pretraining step per core (s128 mb16 bf16, trn1)", bert, trn1, 133.8e6,
-                       "eager op stream fwd+bwd+AdamW, 24 layers from 1 and 2; allreduce excluded"))
-    rows.append(_compiled_row("BERT-large pretraining step per core, compiled (trn1)", 133.8e6, models.step_runs(
-        models.BertEncoder, lambda: torch.randint(0, workloads.BERT_LARGE["vocab"], (16, 128)),
-        workloads.BERT_LARGE["layers"], "trn1")))
+    bert_eager, bert_compiled, lora_eager, lora_compiled = cases.TRAINING_CASES
     rows += [
+        bert_eager.row(),
+        bert_compiled.row(),
         scaleout.llama_pretraining_row(),
         scaleout.llama_decode_row(),
-        _timed("LoRA fine-tune Llama-3.1-8B step per core (s2048 mb1 bf16, trn1)",
-               workloads.per_layer_run(workloads.lora_llama_step, workloads.LLAMA_8B["layers"]), trn1,
-               2 * 2048 / 2952 * 1e9,
-               "third party (2,952 tok/s on a 2-core trn1.2xlarge, reported 68.3% MFU, batch not stated: "
-               "mb1 assumed); published = 2 cores x 2048 tokens / 2,952 tok/s; eager stream, 32 layers "
-               "from 1 and 2"),
-        _compiled_row("LoRA fine-tune Llama-3.1-8B step per core, compiled (trn1)", 2 * 2048 / 2952 * 1e9,
-                      models.step_runs(models.LoraLlama, lambda: torch.randint(0, workloads.LLAMA_8B["vocab"], (1, 2048)),
-                                       workloads.LLAMA_8B["layers"], "trn1")),
+        lora_eager.row(),
+        lora_compiled.row(),
         _timed("DMA 32 KiB HBM->SBUF, one engine (trn2)", kernels.dma_ns, trn2, 1416.0,
                f"engine bar; {kernels.dma_with_latency_ns('trn2'):.0f} ns with start latency"),
     ]

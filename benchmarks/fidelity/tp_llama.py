@@ -15,15 +15,21 @@ one per rank, as NeuronX Distributed's KV replication does when TP exceeds the K
 
 Ranks are NeuronCores and trn1.32xlarge has two per chip, so a TP32 group is one instance: the
 collectives are priced on the trn1.32xlarge preset seen per core (``core_topology``): 32
-devices per node, each with its chip's link bandwidth (``backend.sim.topology.per_core``). Deep models are extrapolated from one and two layers as in ``workloads``; the band
+devices per node, each with its chip's link bandwidth (``backend.sim.topology.per_core``). Deep models are extrapolated from one and two layers as in ``models``; the band
 varies the compute assumptions (``time_band``) and the topology's assumed step latencies.
 """
 from __future__ import annotations
 
 from backend.sim.topology import Topology, per_core
-from benchmarks.fidelity.workloads import LLAMA_8B
+from workbench.models import llama_config
 
-__all__ = ["core_topology", "tp_llama_records", "TP", "TRN1_CORES_PER_CHIP", "HEAD_DIM"]
+__all__ = ["core_topology", "tp_llama_records", "TP", "TRN1_CORES_PER_CHIP", "HEAD_DIM", "LLAMA_8B"]
+
+_LLAMA_3_1_8B = llama_config("Llama-3.1-8B")
+# The shard builders' widths, from the shared configuration.
+LLAMA_8B = {"layers": _LLAMA_3_1_8B.num_hidden_layers, "d": _LLAMA_3_1_8B.hidden_size,
+            "heads": _LLAMA_3_1_8B.num_attention_heads, "kv_heads": _LLAMA_3_1_8B.num_key_value_heads,
+            "ffn": _LLAMA_3_1_8B.intermediate_size, "vocab": _LLAMA_3_1_8B.vocab_size}
 
 TRN1_CORES_PER_CHIP = 2         # shared/hardware.md Scale-out table: 16 Trainium, 32 cores
 TP = 32                         # the published rows: TP32 over one trn1.32xlarge

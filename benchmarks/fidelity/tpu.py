@@ -1,6 +1,7 @@
 """TPU rows of the fidelity table: MaxText's published training throughput per chip, against
-the TPU cost model (``backend.sim.tpu``) fed the same kind of eager op stream as the Trainium
-rows (``workloads``), grouped into XLA-style fusions by the TPU timeline.
+the TPU cost model (``backend.sim.tpu``) fed the op records of the shared Llama
+(``wb.models.Llama``, the named configuration) run data-free on ``neuron``, grouped into XLA-style
+fusions by the TPU timeline.
 
 Published figures: MaxText's optimized-model tiering table
 (github.com/AI-Hypercomputer/maxtext docs/reference/models/tiering.md, "Trillium (v6e)", Gold):
@@ -8,7 +9,8 @@ Llama 3.1 8B on 256 chips, BF16, SL=8192: 45.46% MFU, ~7,207 tokens/s/device; Ll
 chips, BF16, SL=4096: 43.8% MFU, ~900 tokens/s/device. The published time per sequence per chip
 is ``SL / (tokens/s/device)``. The prediction is one chip's step over the recipe's per-device
 batch, divided by it (``RECIPE_BATCH``), a full training step -- forward, input and weight gradients, AdamW -- with the rematerialisation the
-published recipes configure (``REMAT``, from MaxText's v6e benchmark configs
+published recipes configure (``REMAT``, PyTorch's selective activation checkpointing by named
+value, from MaxText's v6e benchmark configs
 ``benchmarks/maxtext_trillium_model_configs.py``: ``llama3_1_8b_8192`` remat_policy "custom",
 decoder-layer input and q/k/v/out projections offloaded to host, everything else recomputed;
 ``llama2_70b_4096_optimized`` "qkv_proj_offloaded"). The tiering page does not say which config
@@ -25,21 +27,31 @@ The band varies the TPU preset's ASSUMPTION fields (``backend.sim.sensitivity``)
 """
 from __future__ import annotations
 
-from backend.sim.descriptors import OpRecord, TensorDesc
+import gc
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from backend.sim.presets import derive
 from backend.sim.tpu import TpuSession, get_tpu
 from backend.sim.tpu.collectives import exposed_gradient_reduction_ns
 from backend.sim.tpu.presets import TpuConfig
-from benchmarks.op_streams import OpStream
-from benchmarks.fidelity.workloads import LLAMA_8B, REMAT_PARTS, lora_llama_step, per_layer_replay
+from benchmarks.fidelity.cases import Built, Case
+from benchmarks.fidelity.models import per_layer_replay
+from workbench.models import Llama, LlamaConfig, Remat, llama_config
+from workbench.session import profile
 
-__all__ = ["tpu_rows", "full_llama_step", "tpu_ns", "LLAMA2_70B", "TIERING", "REMAT", "RECIPE_KERNELS"]
+__all__ = ["TPU_CASES", "tpu_rows", "full_step_workload", "tpu_ns", "TIERING", "REMAT", "RECIPE_KERNELS",
+           "RECIPE_BATCH"]
 
 CHIPS = 256             # the published runs: v6e-256, FSDP over every chip
 TIERING = "github.com/AI-Hypercomputer/maxtext docs/reference/models/tiering.md (Trillium v6e, Gold)"
-LLAMA2_70B = {"layers": 80, "d": 8192, "heads": 64, "kv_heads": 8, "ffn": 28672, "vocab": 32000}
-# What each published recipe's remat policy recomputes (the parts of REMAT_PARTS it does not keep).
-REMAT = {"custom: decoder input + q/k/v/out proj offloaded": REMAT_PARTS - {"out_proj"},
-         "qkv_proj_offloaded": REMAT_PARTS}
+# Each published recipe's remat policy as the names it saves (offloads) of each decoder layer;
+# everything else is recomputed from the layer's input in backward (``wb.models.Remat``).
+REMAT = {"custom: decoder input + q/k/v/out proj offloaded":
+         Remat({"query_proj", "key_proj", "value_proj", "out_proj"}),
+         "qkv_proj_offloaded": Remat({"query_proj", "key_proj", "value_proj"})}
 RECIPES = "github.com/AI-Hypercomputer/maxtext benchmarks/maxtext_trillium_model_configs.py"
 # The splash-attention settings each recipe sets (the rest are MaxText's defaults, the preset's).
 RECIPE_KERNELS = {
@@ -62,83 +74,100 @@ RECIPE_BATCH = {"Llama-3.1-8B": 4, "Llama-2-70B": 2}
 GRAD_BYTES = 2
 
 
-def _base_weights(cfg: dict) -> list[tuple[int, int]]:
-    """(d_out, d_in) of one layer's linears: q, k, v, o, gate, up, down."""
-    d, kv = cfg["d"], cfg["kv_heads"] * (cfg["d"] // cfg["heads"])
-    return [(d, d), (kv, d), (kv, d), (d, d), (cfg["ffn"], d), (cfg["ffn"], d), (d, cfg["ffn"])]
+def full_step_workload(config: LlamaConfig, seq: int, batch: int, remat: Remat | None, fsdp: int = 1,
+                       target: TpuConfig | str = "v6e") -> list:
+    """The TPU session's kept workload (``tpu_ns`` replays it) of one full training step of the shared Llama (``config``'s layers), run on
+    ``neuron`` data-free and timed for the TPU: forward and backward under ``remat``, then fused
+    AdamW over this chip's ``1/fsdp`` shard of every parameter (FSDP shards weights and optimizer
+    state over the chips, so each updates only its own rows). The model's tensors live on the
+    ``neuron`` device, whose HBM books would count them against a NeuronCore's; a what-if core
+    with room for them (``_HOLDS_ANY_STEP``) keeps that bookkeeping out of the TPU's way."""
+    previous = torch.neuron.get_target()
+    torch.neuron.set_target(_HOLDS_ANY_STEP)
+    try:
+        return _full_step_records(config, seq, batch, remat, fsdp, target)
+    finally:
+        gc.collect()
+        torch.neuron.set_target(previous)
 
 
-def _weights(cfg: dict, layers: int) -> list[tuple[int, int]]:
-    """(d_out, d_in) of every trained weight: each layer's linears and the LM head."""
-    return _base_weights(cfg) * layers + [(cfg["vocab"], cfg["d"])]
+_HOLDS_ANY_STEP = derive("trn2", name="trn2-holds-tpu-steps", hbm_bytes=2**40)
 
 
-def full_llama_step(layers: int, seq: int, batch: int = 1, recompute: frozenset[str] = frozenset(),
-                    fsdp: int = 1, **dims) -> list[OpRecord]:
-    """A full training step of a Llama block stack: the LoRA stream without adapters (forward,
-    ``recompute``'d parts, input gradients), plus each base weight's gradient and AdamW over this
-    chip's ``1/fsdp`` shard of every parameter (FSDP shards weights and optimizer state over the
-    chips, so each updates only its own rows)."""
-    cfg = {**LLAMA_8B, **dims}
-    records = list(lora_llama_step(layers, seq=seq, batch=batch, rank=0, recompute=recompute, **dims))
-    s, tokens = OpStream("bfloat16"), batch * seq
-    weights = _weights(cfg, layers)
-    for d_out, d_in in weights:           # dW = g^T @ x, one per linear
-        s.op("aten::mm", [s.view(s.t(tokens, d_out), d_out, tokens, strides=(1, d_out)), s.t(tokens, d_in)],
-             [s.t(d_out, d_in)])
-    params = [s.t(-(-d_out // fsdp), d_in) for d_out, d_in in weights]
-    steps = [TensorDesc((), "float32") for _ in params]
-    s.op("aten::_fused_adamw_", [*params, *params, *params, *params, *steps], [], lr=1e-4, beta1=0.9,
-         beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
-    return records + s.records
+def _full_step_records(config, seq, batch, remat, fsdp, target) -> list:
+    with torch.device("neuron"), torch.neuron.timing_only():
+        model = Llama(config, remat=remat, dtype=torch.bfloat16)
+        ids = torch.randint(0, config.vocab_size, (batch, seq))
+        shards = [torch.empty(-(-p.shape[0] // fsdp), *p.shape[1:], dtype=p.dtype) for p in model.parameters()]
+        for shard in shards:
+            shard.grad = torch.empty_like(shard)
+        optimizer = torch.optim.AdamW(shards, lr=1e-4, fused=True)
+        optimizer.step()                           # creates the moments: not part of a steady step
+        with profile(device="tpu", target=target, source=False) as prof:
+            logits = model(ids)
+            F.cross_entropy(logits.view(-1, config.vocab_size), ids.view(-1)).backward()
+            optimizer.step()
+    return prof.workload
 
 
-def tpu_ns(records: list[OpRecord], target: str) -> float:
-    """Simulated time of ``records`` on the TPU ``target`` (compiled, XLA-style fusions)."""
+def tpu_ns(workload: list, target: TpuConfig | str) -> float:
+    """Simulated time on the TPU ``target`` of a kept workload (a profile's ``(method, args,
+    kwargs)`` calls into its ``TpuSession``), XLA-style fusions as the compiled program runs."""
     session = TpuSession(get_tpu(target))
-    for record in records:
-        session.feed(record)
+    for method, args, kwargs in workload:
+        getattr(session, method)(*args, **kwargs)
     return session.trace.total_time_ns
 
 
-def _per_sequence(step: dict, seq: int, layers: int, cfg: dict):
-    """``run(target) -> ns`` of one sequence: the chip's step (layers extrapolated from 1 and 2,
-    plus the exposed FSDP gradient reduction) over the step's ``batch`` sequences."""
-    layer_stack = per_layer_replay(full_llama_step(1, seq, **step), full_llama_step(2, seq, **step), layers,
-                                   cost=tpu_ns)
-    grad_bytes = GRAD_BYTES * sum(d_out * d_in for d_out, d_in in _weights(cfg, layers))
+def _per_sequence(config: LlamaConfig, seq: int, batch: int, remat: Remat) -> Callable[[], Built]:
+    """The builder of ``run(target) -> ns`` of one sequence: the chip's step (layers extrapolated
+    from 1 and 2, plus the exposed FSDP gradient reduction) over the step's ``batch`` sequences."""
 
-    def run(target: TpuConfig) -> float:
-        return (layer_stack(target) + exposed_gradient_reduction_ns(target, grad_bytes, CHIPS)) / step["batch"]
+    def build() -> Built:
+        one, two = (full_step_workload(config.replace(num_hidden_layers=n), seq, batch, remat, CHIPS)
+                    for n in (1, 2))
+        layer_stack = per_layer_replay(one, two, config.num_hidden_layers, cost=tpu_ns)
+        grad_bytes = GRAD_BYTES * config.num_parameters
 
-    return run
+        def run(target: TpuConfig) -> float:
+            return (layer_stack(target) + exposed_gradient_reduction_ns(target, grad_bytes, CHIPS)) / batch
+
+        return Built(run, RECIPE_KERNELS[config.name],
+                     f"the shared Llama ({config.name}) run data-free on neuron, timed by the TPU cost model "
+                     f"(XLA-style fusions), {config.num_hidden_layers} layers from 1 and 2 ({len(two)} ops at 2)")
+
+    return build
+
+
+def _tpu_case(name: str, seq: int, tokens_per_s: float, mfu: str, policy: str) -> Case:
+    config, batch, remat = llama_config(name), RECIPE_BATCH[name], REMAT[policy]
+    reduction = ("overlapped (SparseCore offload)" if RECIPE_KERNELS[name].gradient_reduction_on_sparsecore
+                 else "exposed (the recipe offloads none to the SparseCores)")
+    return Case(f"{name} training, one SL={seq} sequence per chip (v6e-256, bf16)", seq / tokens_per_s * 1e9,
+                f"{TIERING}: {tokens_per_s:,.0f} tokens/s/device, {mfu} MFU; published = SL / tokens/s",
+                {"model": f"wb.models.Llama {name}", "seq": seq, "per-chip batch": f"{batch} (the recipe's)",
+                 "dtype": "bf16", "hardware": "v6e-256, FSDP over 256 chips",
+                 "remat": f"{policy}: saves {', '.join(sorted(remat.saved))}, recomputes the rest",
+                 "optimizer": f"AdamW on the 1/{CHIPS} FSDP shard",
+                 "gradient reduce-scatter": f"bf16 over the ICI, {reduction}",
+                 "weight all-gathers and host offload traffic": "hidden",
+                 "attention": "splash attention at the recipe's block sizes",
+                 "prediction": f"one chip's step over the recipe's {batch} sequences / {batch}; band over the TPU "
+                               "preset's assumptions"},
+                _per_sequence(config, seq, batch, remat))
+
+
+TPU_CASES = (
+    _tpu_case("Llama-3.1-8B", 8192, 7207.0, "45.46%", "custom: decoder input + q/k/v/out proj offloaded"),
+    _tpu_case("Llama-2-70B", 4096, 900.0, "43.8%", "qkv_proj_offloaded"),
+)
 
 
 def tpu_rows() -> list:
-    from benchmarks.fidelity.table import Row, _timed
+    from benchmarks.fidelity.table import Row
 
-    rows = []
-    for name, dims, seq, tokens_per_s, mfu, policy in (
-            ("Llama-3.1-8B", {}, 8192, 7207.0, "45.46%", "custom: decoder input + q/k/v/out proj offloaded"),
-            ("Llama-2-70B", {k: v for k, v in LLAMA2_70B.items() if k != "layers"}, 4096, 900.0, "43.8%",
-             "qkv_proj_offloaded")):
-        layers, batch = (LLAMA2_70B if dims else LLAMA_8B)["layers"], RECIPE_BATCH[name]
-        published_ns = seq / tokens_per_s * 1e9
-        step = dict(recompute=REMAT[policy], fsdp=CHIPS, batch=batch, **dims)
-        reduction = ("overlapped (SparseCore offload)" if RECIPE_KERNELS[name].gradient_reduction_on_sparsecore
-                     else "exposed (the recipe offloads none to the SparseCores)")
-        rows.append(_timed(f"{name} training, one SL={seq} sequence per chip (v6e-256, bf16)",
-                           _per_sequence(step, seq, layers, {**LLAMA_8B, **dims}), RECIPE_KERNELS[name],
-                           published_ns,
-                           f"{TIERING}: {tokens_per_s:,.0f} tokens/s/device, {mfu} MFU; published = SL / tokens/s; "
-                           f"predicted: one chip's step over the recipe's {batch} sequences / {batch}, full step "
-                           f"with the recipe's remat ({policy}: recomputes {', '.join(sorted(REMAT[policy]))}), "
-                           f"AdamW on its 1/{CHIPS} FSDP shard, the bf16 gradient reduce-scatter over the ICI "
-                           f"{reduction}, "
-                           f"weight all-gathers and host offload traffic hidden, splash attention at the recipe's "
-                           f"block sizes, {layers} layers from 1 and 2; band over the TPU preset's assumptions"))
-    rows.append(Row("MaxText 32B-param model training (1x v5e-256, bf16)", None, None,
-                    note="not run: MaxText's configs/v5e README publishes 132 TFLOP/s/chip (66.86% MFU) but no "
-                         "stored page prints the 32B model's layers and widths, and its 256-chip step needs the "
-                         "scale-out model"))
-    return rows
+    return [case.row() for case in TPU_CASES] + [
+        Row("MaxText 32B-param model training (1x v5e-256, bf16)", None, None,
+            note="not run: MaxText's configs/v5e README publishes 132 TFLOP/s/chip (66.86% MFU) but no "
+                 "stored page prints the 32B model's layers and widths, and its 256-chip step needs the "
+                 "scale-out model")]

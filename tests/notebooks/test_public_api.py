@@ -6,7 +6,7 @@ import pytest
 
 from nb_paths import NOTEBOOK_DIR
 
-PUBLIC_MODULES = {"workbench", "workbench.distributed", "workbench.figures",
+PUBLIC_MODULES = {"workbench", "workbench.distributed", "workbench.figures", "workbench.models",
                   "workbench.nki", "workbench.nki.language", "workbench.nki.isa"}   # NKI as `neuronxcc.nki` names it
 IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", re.M)
 
