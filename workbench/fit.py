@@ -293,9 +293,8 @@ def _nbytes(value) -> int:
 
 def measure_model(model_fn, inputs, target, loss_fn=None) -> ModelCosts:
     """Run one micro-batch (``inputs``, as ``fit_chips`` takes them) forward and backward,
-    timing-only, on ``target`` with room for the whole model (its HBM is not the question here)."""
-    from workbench.session import profile
-
+    timing-only, on ``target`` with room for the whole model (its HBM is not the question here);
+    everything it allocated is freed before it returns."""
     with torch.device("meta"):
         model = model_fn()
     params = list(model.parameters())
@@ -305,6 +304,21 @@ def measure_model(model_fn, inputs, target, loss_fn=None) -> ModelCosts:
     boundary: list[int] = []
     if blocks:
         blocks[0].register_forward_hook(lambda m, a, out: boundary.append(_nbytes(out)))
+    block_count = len(blocks)
+    del params, blocks
+    try:
+        saved, forward_ns, backward_ns, out_bytes = _one_microbatch(model, inputs, target, loss_fn)
+    finally:
+        del model
+        gc.collect()           # the parameters' hooks hold the model in cycles: free its HBM now
+    return ModelCosts(target.name, parameters, parameter_bytes, saved, forward_ns, backward_ns,
+                      boundary[0] if boundary else out_bytes, block_count)
+
+
+def _one_microbatch(model, inputs, target, loss_fn) -> tuple[int, float, float, int]:
+    """Bytes saved for backward, forward and backward ns, output bytes of one micro-batch."""
+    from workbench.session import profile
+
     roomy = target.derive(hbm_bytes=max(target.hbm_bytes, 1 << 50))
     with profile(target=roomy, source=False, timing_only=True):     # the core the parts below run on
         _ShardedParameters(model, 1, "ddp")
@@ -316,8 +330,7 @@ def measure_model(model_fn, inputs, target, loss_fn=None) -> ModelCosts:
         saved = torch.neuron.memory_allocated() - before - _nbytes(out) - _nbytes(loss)
         with profile(target=roomy, source=False) as backward:
             loss.backward()
-    return ModelCosts(target.name, parameters, parameter_bytes, max(0, saved), forward.summary["total_time_ns"],
-                      backward.summary["total_time_ns"], boundary[0] if boundary else _nbytes(out), len(blocks))
+    return max(0, saved), forward.summary["total_time_ns"], backward.summary["total_time_ns"], _nbytes(out)
 
 
 def _degrees(name: str, value) -> list[int]:

@@ -149,3 +149,6 @@ def test_the_chrome_trace_has_a_thread_per_stage(world, tmp_path):
     spans = [e for e in events if e.get("pid") == 3 and e["ph"] == "X"]
     assert len(spans) == STAGES * 4 * 2
     assert wb.Profile.load(tmp_path / "t.json.gz").summary["op_count"] == prof.summary["op_count"]
+    report = prof.save_html(tmp_path / "report.html").read_text()
+    assert "<h2>pipeline</h2>" in report
+    assert f"{100 * prof.summary['pipeline_bubble_fraction']:.1f} %" in report and "pipeline bubble" in report

@@ -68,8 +68,10 @@ def test_plans_are_checked():
         ParallelPlan(fsdp="yes")
 
 
-def test_a_model_is_measured_once_on_one_core():
+def test_a_model_is_measured_once_on_one_core(neuron):
+    allocated = torch.neuron.memory_allocated()
     costs = measure_model(_model, torch.randn(BATCH, WIDTH), get_target("trn1"))
+    assert torch.neuron.memory_allocated() == allocated          # nothing it measured stays on the device
     assert costs.parameters == LAYERS * (WIDTH * WIDTH + WIDTH) and costs.parameter_bytes == 4 * costs.parameters
     assert costs.blocks == LAYERS and costs.boundary_bytes == BATCH * WIDTH * 4
     # Each layer after the first saves its input for backward (the first one's is the batch).
