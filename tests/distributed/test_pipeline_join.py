@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+                                         ScheduleInterleavedZeroBubble)
 
 import workbench as wb
 from backend.sim.collectives import collective_cost
@@ -122,6 +123,23 @@ def test_interleaving_shrinks_the_bubble(world):
     nbytes, cores = BATCH // microbatches * WIDTH * 4, per_core("trn1", 2)
     assert interleaved.pipeline.p2p_ns[(STAGES, "F")] == collective_cost("send_recv", nbytes, STAGES, cores).time_ns
     assert interleaved.pipeline.p2p_ns[(1, "F")] == collective_cost("send_recv", nbytes, 2, cores).time_ns
+
+
+def test_a_zero_bubble_schedule_times_its_split_backward(world):
+    world(1)
+    with torch.neuron.timing_only():
+        chunks = [_stage(_layer(), index, 2 * STAGES, 8) for index in (1, 1 + STAGES)]
+        prof = _profiled_step(ScheduleInterleavedZeroBubble(chunks, n_microbatches=8, loss_fn=F.mse_loss), 1,
+                              2 * STAGES)
+        chunks = [_stage(_layer(), index, 2 * STAGES, 8) for index in (1, 1 + STAGES)]
+        interleaved = _profiled_step(ScheduleInterleaved1F1B(chunks, n_microbatches=8, loss_fn=F.mse_loss), 1,
+                                     2 * STAGES)
+    compute = prof.pipeline.compute_ns
+    assert {kind for _, kind in compute} == {"F", "I", "W"} and all(ns > 0 for ns in compute.values())
+    assert {(r["stage"], r["kind"]) for r in prof.pipeline.to_records()} == set(compute)
+    # Weight gradients fill what would be bubble under interleaved 1F1B.
+    assert (prof.summary["pipeline_schedule_bubble_fraction"]
+            < interleaved.summary["pipeline_schedule_bubble_fraction"])
 
 
 def test_steps_without_a_profile_or_on_real_values_are_left_alone(world):
