@@ -12,6 +12,7 @@ Layout of the file (Trace Event Format, JSON object form):
   (``backend.device.profiler_timeline.kernel_name``). Their times are on the whole-microsecond
   grid, each boundary moved by at most 0.5 us: HTA rounds finer times itself (start up, end
   down), which turns sub-microsecond kernels inside out and trips its temporal breakdown;
+- pid 3 holds joined pipeline steps (a fake world's ``schedule.step()``), one thread per stage;
 - steps marked with ``Profile.step()`` are ``ProfilerStep#<n>`` spans (cat ``user_annotation``, as
   Kineto writes torch.profiler's) on pid 2's tid 0, on the same microsecond grid: HTA gives
   every op and kernel the iteration of the step it ran in;
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_EVENTS = 20_000
 FORMAT = "neuron-workbench-profile"
-DEVICE_PID, OPS_PID, KERNELS_PID = 1, 2, 0
+DEVICE_PID, OPS_PID, KERNELS_PID, PIPELINE_PID = 1, 2, 0, 3
 COMPUTE_STREAM, COLLECTIVE_STREAM = 1, 2
 # Correlation ids start here: HTA downcasts the column to the smallest integer type that holds
 # it, then stores row numbers in it, which a run whose ids fit int8 or int16 overflows.
@@ -198,6 +199,21 @@ def _step_events(profile) -> list:
             for n, (start, end) in enumerate(zip([0, *ends], ends))]
 
 
+def _pipeline_events(profile) -> list:
+    """Joined pipeline steps: one thread per stage, each action an "X" span where the step began."""
+    pipelines = profile.trace.pipelines
+    if not pipelines:
+        return []
+    stages = sorted({e.stage for p in pipelines for e in p.events})
+    out = _metadata(PIPELINE_PID, "pipeline stages (joined step, simulated)", {s + 1: f"stage {s}" for s in stages})
+    for p in pipelines:
+        out += [{"ph": "X", "name": f"{e.kind}{e.microbatch}", "pid": PIPELINE_PID, "tid": e.stage + 1,
+                 "ts": (p.start_ns + e.start_ns) / 1000.0, "dur": (e.end_ns - e.start_ns) / 1000.0,
+                 "args": {"rank": e.rank, "waited_ns": e.waited_ns, "p2p_exposed_ns": e.p2p_exposed_ns}}
+                for e in p.events]
+    return out
+
+
 def chrome_trace_dict(profile, *, max_events: int | None = None, full: bool = False) -> dict:
     """The trace file's content as a dict (see the module docstring)."""
     trace = profile.trace
@@ -217,7 +233,7 @@ def chrome_trace_dict(profile, *, max_events: int | None = None, full: bool = Fa
               + _metadata(KERNELS_PID, f"{device}: kernels per op (whole microseconds, for HTA)",
                           {COMPUTE_STREAM: "stream 1 (compute)", COLLECTIVE_STREAM: "stream 2 (collectives)"})
               + _instruction_events(profile, agg, tids, names) + op_events + kernel_events + _step_events(profile)
-              + _counter_events(profile))
+              + _counter_events(profile) + _pipeline_events(profile))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",

@@ -10,6 +10,11 @@ host without its values; the device's HBM books decide whether it fits. Plans:
   reduce-scattered into the shard as they are produced;
 - ``"ddp"``: full replicas, gradients all-reduced as they are produced.
 
+With tensor or pipeline parallelism (``tp`` / ``pp`` > 1, or several ``microbatches``) the
+search runs over TP x PP x DP plans instead: the model is measured once on one core and each plan
+is accounted for and timed by ``workbench.parallel_plans`` (stages joined through their sends and
+receives); the smallest job that fits wins, the fastest of equal size first.
+
 Ranks are the target's simulated NeuronCores; chips = ranks / cores per chip. Collectives are
 priced on the target's instance topology seen per core (``backend.sim.topology.per_core``).
 """
@@ -23,17 +28,22 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from backend.lowering.collectives import priced_on
+from backend.sim.checks import positive_int
 from backend.sim.presets import get_target
 from backend.sim.logical_cores import physical_name
 from backend.sim.topology import DEFAULT_TOPOLOGY, get_topology, per_core
+from workbench.parallel_plans import ModelCosts, ParallelPlan, evaluate_plan
 
-__all__ = ["fit_chips", "ChipFit", "PLANS"]
+__all__ = ["fit_chips", "ChipFit", "PLANS", "measure_model"]
 
 log = logging.getLogger(__name__)
 
 PLANS = ("fsdp", "ddp")
+_PLAN_COLUMNS = ("tp", "pp", "dp", "microbatches", "schedule")
 
 
 @dataclass(repr=False)
@@ -65,11 +75,22 @@ class ChipFit:
         row = self._fit()
         return None if row is None else float(row["step_time_ns"])
 
+    @property
+    def layout(self) -> dict | None:
+        """The fitting plan's ``tp``, ``pp``, ``dp``, ``microbatches`` and ``schedule`` (None
+        when nothing fits or the search ran over DP alone)."""
+        row = self._fit()
+        if row is None or "tp" not in row:
+            return None
+        return {k: (row[k] if k == "schedule" else int(row[k])) for k in _PLAN_COLUMNS}
+
     def __repr__(self) -> str:
         if self.chips is None:
             return (f"ChipFit({self.plan} on {self.target}: does not fit in {int(self.tried['ranks'].max())} "
                     f"ranks of {_gib(self.hbm_bytes)} HBM)")
-        return (f"ChipFit({self.plan} on {self.target}: {self.chips} chip(s) = {self.ranks} rank(s) of "
+        layout = self.layout
+        shape = f" ({', '.join(f'{k}={v}' for k, v in layout.items())})" if layout else ""
+        return (f"ChipFit({self.plan} on {self.target}: {self.chips} chip(s) = {self.ranks} rank(s){shape} of "
                 f"{_gib(self.hbm_bytes)} HBM, step {self.step_time_ns / 1e6:.3f} ms)")
 
 
@@ -177,43 +198,58 @@ class _Gather(torch.autograd.Function):
         return ctx.owner.reduce(grad, ctx.shard), None, None, None
 
 
+def _arguments(inputs) -> tuple[list, dict]:
+    """One micro-batch on the device: a tensor, a tuple of arguments, or a dict of keyword ones."""
+    def on_device(a):
+        return a.to("neuron") if isinstance(a, torch.Tensor) else a
+    if isinstance(inputs, dict):
+        return [], {k: on_device(v) for k, v in inputs.items()}
+    return [on_device(a) for a in (inputs if isinstance(inputs, (tuple, list)) else (inputs,))], {}
+
+
+def _loss(out, loss_fn):
+    """``loss_fn(out)``, by default the mean of the (first) output."""
+    return loss_fn(out) if loss_fn is not None else (out[0] if isinstance(out, (tuple, list)) else out).float().mean()
+
+
 def _step(model_fn, inputs, world: int, plan: str, loss_fn) -> int:
     """One training step on rank 0; returns the peak HBM it allocated."""
     with torch.device("meta"):
         model = model_fn()
     params = _ShardedParameters(model, world, plan)
-    def on_device(a):
-        return a.to("neuron") if isinstance(a, torch.Tensor) else a
-    kwargs = {k: on_device(v) for k, v in inputs.items()} if isinstance(inputs, dict) else {}
-    args = [] if kwargs else [on_device(a) for a in (inputs if isinstance(inputs, (tuple, list)) else (inputs,))]
+    args, kwargs = _arguments(inputs)
     optimizer = torch.optim.AdamW(params.shards)
     with torch.autograd.graph.saved_tensors_hooks(params.pack, params.unpack):
-        out = model(*args, **kwargs)
-        loss = loss_fn(out) if loss_fn is not None else (out[0] if isinstance(out, (tuple, list)) else out).float().mean()
+        loss = _loss(model(*args, **kwargs), loss_fn)
     loss.backward()
     optimizer.step()
     return torch.neuron.max_memory_allocated()
 
 
 def fit_chips(model_fn, inputs, target: str = "trn2", plan: str = "fsdp", *, hbm_bytes: int | None = None,
-              max_chips: int = 1024, loss_fn=None) -> ChipFit:
+              max_chips: int = 1024, loss_fn=None, tp=1, pp=1, microbatches: int = 1,
+              schedule: str = "1f1b") -> ChipFit:
     """The smallest number of ``target`` chips on which one training step of ``model_fn()`` fits
     under ``plan``, and its simulated step time there (rank 0's, collectives included).
 
     ``model_fn``: builds the model (called under ``torch.device("meta")``, so nothing is
     allocated on the host); ``inputs``: one rank's micro-batch (a tensor or a tuple of
     arguments, or a dict of keyword arguments); ``hbm_bytes``: a what-if HBM per NeuronCore; ``loss_fn``: output -> scalar
-    (default: the mean of the output).
+    (default: the mean of the output). ``tp`` / ``pp``: tensor- and pipeline-parallel degrees to
+    search (a number or a list), ``microbatches`` per step and ``schedule`` ("1f1b" or "gpipe"):
+    with any of them beyond 1, ``plan`` names the DP flavour of TP x PP x DP plans (see above).
     """
     if plan not in PLANS:
         raise ValueError(f"unknown plan {plan!r}; known: {', '.join(PLANS)}")
+    tps, pps = _degrees("tp", tp), _degrees("pp", pp)
+    if tps != [1] or pps != [1] or positive_int("microbatches", microbatches) > 1:
+        return _fit_plans(model_fn, inputs, target, plan, hbm_bytes, max_chips, loss_fn, tps, pps, microbatches,
+                          schedule)
     from backend.lowering.timeline import replay
     from workbench.distributed import fake_world
     from workbench.session import profile
 
-    cfg = get_target(target)
-    if hbm_bytes is not None:
-        cfg = cfg.derive(hbm_bytes=int(hbm_bytes))
+    cfg = _target_config(target, hbm_bytes)
     chip_topology = _topology_for(cfg.name)
     core_topology = per_core(chip_topology, cfg)
     rows, ranks = [], 1
@@ -238,3 +274,99 @@ def fit_chips(model_fn, inputs, target: str = "trn2", plan: str = "fsdp", *, hbm
             break
         ranks *= 2
     return ChipFit(cfg.name, plan, cfg.hbm_bytes, cfg.cores_per_chip, pd.DataFrame(rows))
+
+
+def _blocks(model: nn.Module) -> list[nn.Module]:
+    """The longest run of same-type children of a ModuleList or Sequential: the layers."""
+    best: list = []
+    for module in model.modules():
+        if isinstance(module, (nn.ModuleList, nn.Sequential)):
+            children = list(module.children())
+            if len(children) > len(best) and len({type(c) for c in children}) == 1:
+                best = children
+    return best
+
+
+def _nbytes(value) -> int:
+    return sum(t.numel() * t.element_size() for t in tree_leaves(value) if isinstance(t, torch.Tensor))
+
+
+def measure_model(model_fn, inputs, target, loss_fn=None) -> ModelCosts:
+    """Run one micro-batch (``inputs``, as ``fit_chips`` takes them) forward and backward,
+    timing-only, on ``target`` with room for the whole model (its HBM is not the question here);
+    everything it allocated is freed before it returns."""
+    with torch.device("meta"):
+        model = model_fn()
+    params = list(model.parameters())
+    parameters = sum(p.numel() for p in params)
+    parameter_bytes = sum(p.numel() * p.element_size() for p in params)
+    blocks = _blocks(model)
+    boundary: list[int] = []
+    if blocks:
+        blocks[0].register_forward_hook(lambda m, a, out: boundary.append(_nbytes(out)))
+    block_count = len(blocks)
+    del params, blocks
+    try:
+        saved, forward_ns, backward_ns, out_bytes = _one_microbatch(model, inputs, target, loss_fn)
+    finally:
+        del model
+        gc.collect()           # the parameters' hooks hold the model in cycles: free its HBM now
+    return ModelCosts(target.name, parameters, parameter_bytes, saved, forward_ns, backward_ns,
+                      boundary[0] if boundary else out_bytes, block_count)
+
+
+def _one_microbatch(model, inputs, target, loss_fn) -> tuple[int, float, float, int]:
+    """Bytes saved for backward, forward and backward ns, output bytes of one micro-batch."""
+    from workbench.session import profile
+
+    roomy = target.derive(hbm_bytes=max(target.hbm_bytes, 1 << 50))
+    with profile(target=roomy, source=False, timing_only=True):     # the core the parts below run on
+        _ShardedParameters(model, 1, "ddp")
+        args, kwargs = _arguments(inputs)
+        before = torch.neuron.memory_allocated()
+        with profile(target=roomy, source=False) as forward:
+            out = model(*args, **kwargs)
+            loss = _loss(out, loss_fn)
+        saved = torch.neuron.memory_allocated() - before - _nbytes(out) - _nbytes(loss)
+        with profile(target=roomy, source=False) as backward:
+            loss.backward()
+    return max(0, saved), forward.summary["total_time_ns"], backward.summary["total_time_ns"], _nbytes(out)
+
+
+def _degrees(name: str, value) -> list[int]:
+    values = list(value) if isinstance(value, (list, tuple, range)) else [value]
+    if not values:
+        raise ValueError(f"Invalid {name}: give a degree or a non-empty list of degrees")
+    return sorted({positive_int(f"{name} degree", v) for v in values})
+
+
+def _target_config(target, hbm_bytes):
+    cfg = get_target(target)
+    return cfg if hbm_bytes is None else cfg.derive(hbm_bytes=int(hbm_bytes))
+
+
+def _fit_plans(model_fn, inputs, target, plan, hbm_bytes, max_chips, loss_fn, tps, pps, microbatches,
+               schedule) -> ChipFit:
+    """The TP x PP x DP search: every plan up to ``max_chips``, smallest first."""
+
+    cfg = _target_config(target, hbm_bytes)
+    ParallelPlan(microbatches=microbatches, schedule=schedule)          # checked before the model runs
+    costs = measure_model(model_fn, inputs, cfg, loss_fn)
+    topology = per_core(_topology_for(cfg.name), cfg)
+    most = max_chips * cfg.cores_per_chip
+    rows = []
+    for t in tps:
+        for p in pps:
+            if costs.blocks and p > costs.blocks:
+                continue                      # fewer blocks than stages
+            dp = 1
+            while t * p * dp <= most:
+                row = evaluate_plan(costs, ParallelPlan(t, p, dp, plan == "fsdp", microbatches, schedule),
+                                    cfg.hbm_bytes, topology)
+                rows.append({"chips": -(-row["ranks"] // cfg.cores_per_chip), **row})
+                dp *= 2
+    if not rows:
+        raise ValueError(f"no plan to try: pp {pps} exceeds the model's {costs.blocks} blocks or tp x pp exceeds "
+                         f"{max_chips} chip(s)")
+    tried = pd.DataFrame(rows).sort_values(["ranks", "step_time_ns"], kind="stable", ignore_index=True)
+    return ChipFit(cfg.name, plan, cfg.hbm_bytes, cfg.cores_per_chip, tried)

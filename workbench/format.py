@@ -30,6 +30,10 @@ SUMMARY_FIELDS = (
     ("graph_count", "compiled graphs", "count"),
     ("graph_break_count", "graph breaks", "count"),
     ("events_dropped", "events not kept", "count"),
+    # Only when a fake world's schedule.step() joined its pipeline (the last step's).
+    ("pipeline_step_time", "pipeline step (all stages)", "seconds"),
+    ("pipeline_bubble_fraction", "pipeline bubble", "fraction"),
+    ("pipeline_p2p_exposed_time", "exposed point-to-point", "seconds"),
 )
 
 # GPU traces name their engines differently; relabel so the table does not lie.
@@ -81,6 +85,8 @@ def _format(value, kind: str) -> str:
         return fmt_time_s(value * 1e-9)
     if kind == "percent":
         return f"{float(value):.1f} %"
+    if kind == "fraction":
+        return f"{100 * float(value):.1f} %"
     if kind == "bytes":
         return fmt_bytes(value)
     return fmt_count(value)

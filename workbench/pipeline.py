@@ -16,77 +16,16 @@ send/recv on the topology, and the PyTorch schedule's own per-rank action order
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
-from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
+from backend.distributed import pipeline_orders
+from backend.distributed.pipeline_orders import schedule_order, transfer_costs
 from backend.distributed.placement import rank_topology
-from backend.sim.collectives import collective_cost
-from backend.sim.pipeline import PipelineAction, PipelineTimeline, gpipe_order, one_f_one_b_order, simulate_pipeline
+from backend.sim.pipeline import simulate_pipeline
 from backend.sim.topology import get_topology
+from workbench.pipeline_steps import PipelineStep
 
 __all__ = ["pipeline_step", "PipelineStep", "schedule_order"]
-
-_COMPUTE = {"F": "F", "B": "B", "I": "I", "W": "W"}
-
-
-@dataclass
-class PipelineStep:
-    """A simulated pipeline step: ``timeline`` holds every stage's lane."""
-
-    timeline: PipelineTimeline
-    compute_ns: dict            # (stage, "F" | "B") -> simulated time of one micro-batch
-    p2p_ns: dict                # (stage, "F" | "B") -> the transfer into that action
-    schedule: str
-    topology: str
-
-    @property
-    def summary(self) -> dict:
-        return {"schedule": self.schedule, "topology": self.topology, **self.timeline.summary()}
-
-    def to_records(self) -> list[dict]:
-        return self.timeline.to_records()
-
-    def figure(self):
-        """The schedule as a Gantt chart: one lane per stage, forward and backward coloured apart."""
-        import plotly.graph_objects as go
-
-        fig = go.Figure()
-        colours = {"F": "#4C78A8", "B": "#F58518", "I": "#F58518", "W": "#54A24B"}
-        for kind in sorted({e.kind for e in self.timeline.events}):
-            events = [e for e in self.timeline.events if e.kind == kind]
-            fig.add_bar(y=[f"stage {e.stage}" for e in events], x=[(e.end_ns - e.start_ns) * 1e-3 for e in events],
-                        base=[e.start_ns * 1e-3 for e in events], orientation="h", name=kind,
-                        marker_color=colours[kind], text=[str(e.microbatch) for e in events],
-                        hovertemplate="%{y} " + kind + " micro-batch %{text}<br>%{base:.1f} us + %{x:.1f} us")
-        s = self.summary
-        fig.update_layout(title=f"{self.schedule}: step {s['step_time'] * 1e3:.3f} ms, bubble "
-                                f"{s['bubble_fraction']:.1%}, exposed p2p {s['p2p_exposed_time'] * 1e6:.1f} us",
-                          xaxis_title="time (us)", barmode="overlay", yaxis_autorange="reversed")
-        return fig
-
-
-def schedule_order(schedule) -> dict[int, list[PipelineAction]]:
-    """The compute actions of each rank of a PyTorch pipeline schedule, in the order it runs them.
-
-    Multi-stage schedules run their ``pipeline_order``. Single-stage ones run code instead, and
-    their ``pipeline_order`` (drawn for display) can disagree with it -- ``Schedule1F1B``'s lists
-    micro-batches 1..m for the last rank -- so theirs is the order their code runs."""
-    singles = {ScheduleGPipe: gpipe_order, Schedule1F1B: one_f_one_b_order}
-    if isinstance(schedule, PipelineScheduleSingle):
-        order_of = singles.get(type(schedule))
-        if order_of is None:
-            raise NotImplementedError(f"simulating {type(schedule).__name__} is not supported; supported: "
-                                      f"{', '.join(t.__name__ for t in singles)} and multi-stage schedules")
-        return order_of(schedule._num_stages, schedule._n_microbatches)
-    order = getattr(schedule, "pipeline_order", None)
-    if not order:
-        raise ValueError(f"{type(schedule).__name__} publishes no pipeline_order to simulate")
-    return {rank: [PipelineAction(a.stage_index, _COMPUTE[a.computation_type.value], a.microbatch_index)
-                   for a in actions if a is not None and a.computation_type.value in _COMPUTE]
-            for rank, actions in order.items()}
 
 
 def _simulated_ns(fn) -> tuple[float, object]:
@@ -157,28 +96,15 @@ def pipeline_step(schedule, stages, *args, target=None, topology=None, stage_str
         raise NotImplementedError("schedules that split the backward (I / W actions) are not simulated yet")
     compute, sent = _measure_stages(stages, first, first_target, schedule._loss_fn)
     topo = rank_topology(topology) if topology is not None else get_topology(_group_topology())
-    stage_stride = _stage_stride(schedule) if stage_stride is None else stage_stride
-    p2p = {}
-    for s, nbytes in sent.items():
-        hop_ns = collective_cost("send_recv", nbytes, stage_stride + 1, topo).time_ns
-        p2p[(s + 1, "F")] = hop_ns              # the activation into the next stage's forward
-        p2p[(s, "B")] = hop_ns                  # its gradient back into this stage's backward
+    stride = pipeline_orders.stage_stride(schedule) if stage_stride is None else stage_stride
+    p2p = transfer_costs(sent, order, stride, topo)
     missing = needed - compute.keys()
     if missing:
         raise ValueError(f"the schedule runs {sorted(missing)} but those stages produced no gradient "
                          f"(give the schedule a loss_fn and the stages parameters that require grad)")
-    return PipelineStep(simulate_pipeline(order, compute, p2p), compute, p2p, type(schedule).__name__, topo.name)
-
-
-def _stage_stride(schedule) -> int:
-    """Ranks between neighbouring stages in the schedule's pipeline group (1 outside a group)."""
-    import torch.distributed as dist
-
-    stage = getattr(schedule, "_stage", None) or schedule._stages[0]
-    if not dist.is_initialized():
-        return 1
-    ranks = dist.get_process_group_ranks(stage.group or dist.group.WORLD)
-    return ranks[1] - ranks[0] if len(ranks) > 1 else 1
+    timeline = simulate_pipeline(order, compute, {k: v for k, v in p2p.items() if k in needed})
+    timeline.schedule, timeline.topology = type(schedule).__name__, topo.name
+    return PipelineStep(timeline)
 
 
 def _group_topology() -> str | None:

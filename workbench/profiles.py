@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 EVENT_COLUMNS = ("start_ns", "end_ns", "duration_ns", "engine", "opcode", "op_index",
                  "bytes_moved", "flops")
 _MEMORY_LEVELS = ("hbm", "sbuf", "psum")
+# What the summary says about the last joined pipeline step, as ``pipeline_<key>``.
+_PIPELINE_SUMMARY = ("step_time", "bubble_fraction", "schedule_bubble_fraction", "p2p_exposed_time", "stages",
+                     "microbatches", "stages_measured")
 # What a timing-only run's summary says about tensor values (none were computed).
 TIMING_ONLY_VALUES = "none (timing-only: shapes, no values)"
 
@@ -94,12 +97,27 @@ class Profile:
             out["host_wall_time"] = float(self.meta["wall_time_s"])
         if self.meta.get("timing_only"):
             out["values"] = TIMING_ONLY_VALUES
+        if self.trace.pipelines:
+            last = self.trace.pipelines[-1].summary()
+            out.update({"pipeline_steps": len(self.trace.pipelines), "pipeline_schedule": self.trace.pipelines[-1].schedule,
+                        **{f"pipeline_{key}": last[key] for key in _PIPELINE_SUMMARY}})
         if self.band is not None:
             out["total_time_low"], out["total_time_high"] = self.band.low_ns * 1e-9, self.band.high_ns * 1e-9
             widest = self.band.dominant(1)
             if widest:
                 out["band_dominant"] = widest[0].knob.name
         return out
+
+    @property
+    def pipeline(self):
+        """The last pipeline step of the run as a ``workbench.pipeline.PipelineStep`` (every
+        stage's lane, its summary and figure), or None: a fake world's ``schedule.step()`` joins
+        its stages while a profile records. All of them: ``trace.pipelines``."""
+        self._require_results()
+        if not self.trace.pipelines:
+            return None
+        from workbench.pipeline_steps import PipelineStep
+        return PipelineStep(self.trace.pipelines[-1])
 
     def step(self) -> None:
         """Mark the end of a training step, as torch.profiler's ``prof.step()`` does, inside the

@@ -18,8 +18,15 @@ grid reach it) or an ``nn.Module`` trained on ``inputs(batch)`` (``batch`` per r
 model's profile is its second step, as DDP builds its buckets in the first. A TPU target
 ("v6e") runs on ``neuron`` timed by the TPU model, its collectives on a slice of ``chips`` chips.
 The grid is checked before anything runs: a model takes only the keys of :data:`POINT_DEFAULTS`
-(and ``topology``), a function only keys it has parameters for; ``chips`` and ``batch`` are
-whole numbers >= 1; every target is a known preset.
+(and ``topology``) and of :data:`PLAN_KEYS`, a function only keys it has parameters for;
+``chips``, ``batch`` and the plan degrees are whole numbers >= 1; every target is a known preset.
+
+Plan points: a model's grid with any of ``tp``, ``pp``, ``dp``, ``microbatches`` or ``schedule``
+is a grid of TP x PP x DP plans (``workbench.parallel_plans``; ``parallelism`` "ddp" or "fsdp"
+is the DP flavour, ``batch`` the micro-batch per rank). The model is measured once per target
+and batch on one core, each point accounted for and its pipeline joined; its chips follow from
+``tp x pp x dp`` ranks (one per NeuronCore), so ``chips`` is not a key of such a grid. The row
+adds ``fits``, ``bubble_fraction``, ``p2p_exposed_time_s`` and the per-rank HBM parts.
 """
 from __future__ import annotations
 
@@ -35,7 +42,7 @@ from torch import nn
 from backend.sim.checks import positive, positive_int
 from workbench.ray_cluster import ray_module, ray_session
 
-__all__ = ["sweep", "grid_points", "run_point", "POINT_DEFAULTS", "RESULT_COLUMNS", "SWEEP_COLUMNS"]
+__all__ = ["sweep", "grid_points", "run_point", "POINT_DEFAULTS", "PLAN_KEYS", "RESULT_COLUMNS", "SWEEP_COLUMNS"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +54,9 @@ RESULT_COLUMNS = {"step_time_s": "total_time", "compute_time_s": "compute_time",
                   "exposed_communication_time_s": "exposed_communication_time"}
 SWEEP_COLUMNS = tuple(RESULT_COLUMNS)      # the measured columns of a sweep's DataFrame (public: wb.SWEEP_COLUMNS)
 _PARALLELISMS = ("ddp", "none")
+# Keys that make a model's grid point a TP x PP x DP plan, and what they mean when left out.
+PLAN_KEYS = {"tp": 1, "pp": 1, "dp": 1, "microbatches": 1, "schedule": "1f1b"}
+_PLAN_PARALLELISMS = ("ddp", "fsdp")
 
 
 def grid_points(grid: Mapping[str, Sequence]) -> list[dict]:
@@ -80,7 +90,29 @@ def _topology_of(point: dict):
     return point["target"]
 
 
-_MODEL_KEYS = (*POINT_DEFAULTS, "topology")
+_MODEL_KEYS = (*POINT_DEFAULTS, "topology", *PLAN_KEYS)
+
+
+def _is_plan(point: Mapping) -> bool:
+    return any(key in point for key in PLAN_KEYS)
+
+
+def _check_plan(point: dict, full: dict) -> dict:
+    """A plan point's keys checked, its defaults filled in and its plan built (errors name the key)."""
+    from workbench.parallel_plans import ParallelPlan
+
+    if "chips" in point:
+        raise ValueError("sweep(): a plan point's chips follow from tp x pp x dp ranks (one per NeuronCore); "
+                         "leave 'chips' out of a grid with tp, pp, dp, microbatches or schedule")
+    if full["parallelism"] not in _PLAN_PARALLELISMS:
+        raise ValueError(f"sweep(): a TP x PP x DP plan takes parallelism in {_PLAN_PARALLELISMS} (the DP "
+                         f"flavour), got {full['parallelism']!r}")
+    full = {**PLAN_KEYS, **full}
+    for key in ("tp", "pp", "dp", "microbatches"):
+        full[key] = positive_int(f"{key} in the sweep grid", full[key])
+    full["plan"] = ParallelPlan(full["tp"], full["pp"], full["dp"], full["parallelism"] == "fsdp",
+                                full["microbatches"], full["schedule"])       # an unknown schedule raises
+    return full
 
 
 def check_points(fn_or_model, points: list[dict]) -> list[dict]:
@@ -97,6 +129,12 @@ def check_points(fn_or_model, points: list[dict]) -> list[dict]:
                 raise ValueError(f"sweep(): unknown grid key(s) {', '.join(map(repr, unknown))} for a model; "
                                  f"known: {', '.join(_MODEL_KEYS)}")
             full["batch"] = positive_int("batch in the sweep grid", full["batch"])
+            if _is_plan(point):
+                if _device_of(full["target"]) != "neuron":
+                    raise ValueError(f"sweep(): TP x PP x DP plan points run on NeuronCore targets, got "
+                                     f"{full['target']!r}")
+                checked.append(_check_plan(point, full))
+                continue
             if full["parallelism"] not in _PARALLELISMS:
                 raise ValueError(f"sweep(): a model runs with parallelism in {_PARALLELISMS}, got "
                                  f"{full['parallelism']!r}; pass a function to sweep other plans")
@@ -139,6 +177,8 @@ def run_point(fn_or_model, point: dict, inputs: Callable | None = None, ddp_opti
     if isinstance(fn_or_model, nn.Module) and inputs is None:
         raise ValueError("sweep(): a model needs inputs=, a function batch -> input tensor")
     point, = check_points(fn_or_model, [point])
+    if "plan" in point:
+        return _plan_row(fn_or_model, inputs, point)
     device = _device_of(point["target"])
     # A point's "chips" are whole chips, one rank each, as the grid's key says (fake_world's default
     # would place one rank per NeuronCore).
@@ -157,6 +197,36 @@ def run_point(fn_or_model, point: dict, inputs: Callable | None = None, ddp_opti
     row = dict(point)
     row.update({column: summary.get(field, float("nan")) for column, field in RESULT_COLUMNS.items()})
     row["hbm_peak_bytes_per_rank"] = prof.memory["hbm_peak_allocated_bytes"]
+    return row
+
+
+_MEASURED: dict = {}       # (model id, target, batch) -> ModelCosts, for the points of one process
+
+
+def _plan_row(model: nn.Module, inputs: Callable, point: dict) -> dict:
+    """A plan point's row: the model measured on the target's core (once per process), the plan
+    accounted for and timed by ``workbench.parallel_plans``."""
+    from backend.sim.presets import get_target
+    from backend.sim.topology import per_core
+    from workbench.fit import measure_model
+    from workbench.parallel_plans import evaluate_plan
+
+    cfg = get_target(point["target"])
+    key = (id(model), cfg.name, point["batch"])
+    if key not in _MEASURED:
+        _MEASURED[key] = measure_model(lambda: copy.deepcopy(model).to("meta"), inputs(point["batch"]), cfg)
+    topology = per_core(_topology_of(point), cfg)
+    result = evaluate_plan(_MEASURED[key], point.pop("plan"), cfg.hbm_bytes, topology)
+    exposed_s = (result["tp_communication_ns"] + result["dp_communication_ns"] + result["p2p_exposed_ns"]) * 1e-9
+    row = {**point, "chips": -(-result["ranks"] // cfg.cores_per_chip), "ranks": result["ranks"],
+           "fits": result["fits"], "step_time_s": result["step_time_ns"] * 1e-9,
+           "compute_time_s": (result["pipeline_time_ns"] * (1 - result["bubble_fraction"])
+                              - result["tp_communication_ns"]) * 1e-9,
+           # TP's and DP's collectives and the exposed sends are all on the critical path here.
+           "communication_time_s": exposed_s, "exposed_communication_time_s": exposed_s,
+           "bubble_fraction": result["bubble_fraction"], "p2p_exposed_time_s": result["p2p_exposed_ns"] * 1e-9,
+           "hbm_peak_bytes_per_rank": result["hbm_bytes_per_rank"]}
+    row.update({k: result[k] for k in ("weights_bytes", "optimizer_bytes", "activation_bytes")})
     return row
 
 

@@ -1,7 +1,8 @@
 """What importing the workbench registers with ``torch.distributed``: the ``"neuron"`` backend,
 ``"nccl"`` for whenever CUDA emulation is on, and the
 pipeline-parallel changes once the script imports ``torch.distributed.pipelining`` (a traced stage
-moves to ``neuron``; schedules warm up on fake worlds), and DDP's
+moves to ``neuron``; schedules warm up on fake worlds, and a fake world's step is
+joined into the whole pipeline's), and DDP's
 shape check answered on fake worlds."""
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def register() -> None:
 
 
 def _install_pipelining_changes() -> None:
-    from . import pipeline_fake_world, pipeline_tracing
+    from . import pipeline_fake_world, pipeline_join, pipeline_tracing
 
     pipeline_tracing.install()
     pipeline_fake_world.install()
+    pipeline_join.install()

@@ -47,9 +47,21 @@ class PipelineEvent:
 
 @dataclass
 class PipelineTimeline:
+    """Every rank's actions of one pipeline step, and the costs they were run with.
+
+    ``stand_ins`` maps a stage that was not measured to the measured stage whose costs it took
+    (ranks alike: one rank of a fake world measures its own stages only); ``start_ns`` is where
+    the step began on the clock of the profile that recorded it."""
+
     events: list[PipelineEvent] = field(default_factory=list)
     ranks: int = 0
     step_without_p2p_ns: float = 0.0     # the same schedule with instant transfers
+    compute_ns: dict = field(default_factory=dict)    # (stage, kind) -> one micro-batch's compute
+    p2p_ns: dict = field(default_factory=dict)        # (stage, kind) -> the transfer into that action
+    schedule: str = ""
+    topology: str = ""
+    stand_ins: dict = field(default_factory=dict)
+    start_ns: float = 0.0
 
     @property
     def step_ns(self) -> float:
@@ -66,15 +78,23 @@ class PipelineTimeline:
         return 1.0 - self.busy_ns / total if total else 0.0
 
     @property
+    def schedule_bubble_fraction(self) -> float:
+        """The bubble the schedule itself leaves: the same step with instant transfers."""
+        total = self.ranks * self.step_without_p2p_ns
+        return 1.0 - self.busy_ns / total if total else 0.0
+
+    @property
     def p2p_exposed_ns(self) -> float:
         """How much the transfers lengthen the step: the rest of them hid behind compute."""
         return self.step_ns - self.step_without_p2p_ns
 
     def summary(self) -> dict:
         return {"step_time": self.step_ns * 1e-9, "bubble_fraction": self.bubble_fraction,
+                "schedule_bubble_fraction": self.schedule_bubble_fraction,
                 "p2p_exposed_time": self.p2p_exposed_ns * 1e-9, "ranks": self.ranks,
                 "stages": len({e.stage for e in self.events}),
-                "microbatches": len({e.microbatch for e in self.events})}
+                "microbatches": len({e.microbatch for e in self.events}),
+                "stages_measured": sorted({e.stage for e in self.events} - set(self.stand_ins))}
 
     def to_records(self) -> list[dict]:
         return [{"rank": e.rank, "stage": e.stage, "kind": e.kind, "microbatch": e.microbatch,
@@ -124,6 +144,7 @@ def simulate_pipeline(order: dict[int, list[PipelineAction]], compute_ns: dict[t
     deadlocks (an action waits for one no rank will run first)."""
     timeline = _run(order, compute_ns, p2p_ns or {})
     timeline.step_without_p2p_ns = _run(order, compute_ns, {}).step_ns if p2p_ns else timeline.step_ns
+    timeline.compute_ns, timeline.p2p_ns = dict(compute_ns), dict(p2p_ns or {})
     return timeline
 
 

@@ -145,6 +145,9 @@ class Trace:
     engines: tuple = ()                  # engine tracks the target has, in display order
     max_ops: int = 50_000                # per-op rows kept; later ops fold into one row per name
     ops_folded: int = 0
+    # Pipeline steps joined across their stages (``backend.sim.pipeline.PipelineTimeline``), each
+    # placed at ``start_ns`` on this trace's clock; recorded by a fake world's schedule.step().
+    pipelines: list = field(default_factory=list)
     _folded: dict = field(default_factory=dict)   # (name, kind) -> aggregate row
     # Kept events; the latest ops' may still wait in _shifted as (relative events, kept, start_ns,
     # op_index) and become InstructionEvents when ``events`` is first read.
@@ -331,4 +334,5 @@ def merge_traces(traces) -> Trace:
                                               e.op_index + base, e.bytes_moved, e.flops) for e in t.events)
         merged.hbm_timeline.extend((ts + shift, nbytes) for ts, nbytes in t.hbm_timeline)
         merged.events_dropped += t.events_dropped
+        merged.pipelines.extend(replace(p, start_ns=p.start_ns + shift) for p in t.pipelines)
     return merged

@@ -19,9 +19,12 @@ __all__ = ["timeline_figure", "highlight_op", "utilisation_figure", "memory_figu
 
 @presenter("profile.figures")
 def profile_figures(profile) -> dict:
-    """The dashboard's figures by name: timeline, utilisation, memory, roofline, graph:<name>..."""
+    """The dashboard's figures by name: timeline, utilisation, memory, roofline, pipeline (one
+    lane per stage, when the run joined a pipeline step), graph:<name>..."""
     out = {"timeline": timeline_figure(profile), "utilisation": utilisation_figure(profile),
            "memory": memory_figure(profile), "roofline": roofline_figure(profile)}
+    if profile.pipeline is not None:
+        out["pipeline"] = profile.pipeline.figure()
     for i, graph in enumerate(profile.graphs):
         out[f"graph:{i}:{graph.name}"] = graph_figure(graph)
     return out
