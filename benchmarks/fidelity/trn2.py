@@ -190,11 +190,12 @@ def _prefill_gap(case: Trn2Case, predicted_s: float) -> str:
                         - laid + sp) for n in case.prompt_buckets]
     heads = case.sizes["num_attention_heads"] // case.tp
     groups = heads // max(1, case.sizes["num_key_value_heads"] // case.tp)     # on a rank, KV heads replicated
-    steps = [("one fused causal attention op per layer (the published attention kernel) instead of SDPA's "
-              f"masked math form (Hugging Face calls SDPA with enable_gqa for a rank's {groups} query heads per KV head, "
-              "and the device's SDPA choice, backend/device/csrc/neuron_hooks.cpp, keeps CPU's flash conditions, "
-              "equal head counts, so it runs bmm, mask and softmax over the whole score matrix)",
-              layers * (served - fused)),
+    why = ("a rank holds one query head per KV head, so SDPA already takes the fused op" if groups == 1 else
+           f"Hugging Face calls SDPA with enable_gqa for a rank's {groups} query heads per KV head, and the device's "
+           "SDPA choice, backend/device/csrc/neuron_hooks.cpp, keeps CPU's flash conditions, equal head counts, so "
+           "it runs bmm, mask and softmax over the whole score matrix")
+    steps = [(f"one fused causal attention op per layer (the published attention kernel) instead of SDPA's "
+              f"masked math form ({why})", layers * (served - fused)),
              (f"sequence parallelism: each layer's two RMSNorms and residual adds on 1/{case.tp} of the tokens",
               layers * sp),
              ("weights laid out at load", layers * (fused - laid))]
@@ -202,43 +203,47 @@ def _prefill_gap(case: Trn2Case, predicted_s: float) -> str:
     text, now = [], predicted_s
     for what, saved in steps:
         now -= saved
-        text.append(f"{what}: {-saved * 1e3:+.0f} ms -> {now / published:.2f}")
+        text.append(f"{what}: {_delta(-saved, 0)} -> {now / published:.2f}")
     if padded:
         text.append(f"the prompt padded to its context-encoding bucket ({'..'.join(map(str, case.prompt_buckets))} "
-                    f"tokens): {'..'.join(f'{p * 1e3:+.0f}' for p in padded)} ms -> "
+                    f"tokens): {'..'.join(_delta(p, 0) for p in padded)} -> "
                     + "..".join(f"{(now + p) / published:.2f}" for p in padded))
-    return ("predicted as served: a layer of the shard " f"{served * 1e3:.1f} ms; measured on the same shard, adding "
+    return (f"predicted as served: a layer of the shard {served * 1e3:.1f} ms; measured on the same shard, adding "
             "what the published run sets: " + "; ".join(text))
+
+
+def _delta(seconds: float, digits: int = 1) -> str:
+    return f"{seconds * 1e3 + 0.0:+.{digits}f} ms"
 
 
 def _decode_gap(case: Trn2Case, predicted_s: float) -> str:
     """The TPOT with the published configuration's mechanisms added one at a time, each measured."""
     from backend.sim import get_target
+    target = get_target(case.target)
     layers, context = case.sizes["num_hidden_layers"], case.prompt + case.output // 2
     served = _per_layer_s(case, context - 1, 1, fused=False, laid_out=False)
     laid = _per_layer_s(case, context - 1, 1, fused=False, laid_out=True)
     layer = _per_layer(case, context - 1, 1, fused=False, laid_out=True, launches=False)
-    graph, elementwise = layer["s"], layer["other_s"]
     padded = max(case.decode_bucket, context)
     bucketed = _per_layer(case, padded - 1, 1, fused=False, laid_out=True, launches=False)
-    hbm = get_target(case.target).hbm_bytes_per_s
-    published = case.tpot_ms * 1e-3
-    after_layout = predicted_s - layers * (served - laid)
-    after_launch = after_layout - layers * (laid - graph)
-    after_fusion = after_launch - layers * elementwise
-    after_bucket = after_fusion + layers * (bucketed["s"] - bucketed["other_s"] - graph + elementwise)
+    steps = [("weights laid out at load", layers * (laid - served)),
+             (f"the same ops with no per-op dispatch (one compiled graph, one launch per step; eager pays "
+              f"{target.launch_overhead_ns / 1e3:.0f} us an op, exposed where the op runs shorter)",
+              layers * (layer["s"] - laid)),
+             (f"the ops besides GEMMs and attention (norms, RoPE, SiLU x up, residual adds, casts: "
+              f"{layer['other_s'] * 1e6:.0f} us a layer, each an HBM round trip) fused into the published QKV and "
+              "MLP kernels at no cost, the most fusion can save", -layers * layer["other_s"]),
+             (f"attention over the {padded}-position token-generation bucket",
+              layers * (bucketed["s"] - bucketed["other_s"] - layer["s"] + layer["other_s"]))]
+    text, now = [], predicted_s
+    for what, change in steps:
+        now += change
+        text.append(f"{what}: {_delta(change)} -> {now / (case.tpot_ms * 1e-3):.2f}")
     return (f"predicted as served: a layer of the shard {served * 1e3:.3f} ms at the median context ({context}); "
-            f"measured on the same shard, adding what the published run does: weights laid out at load: "
-            f"-{layers * (served - laid) * 1e3:.1f} ms -> {after_layout / published:.2f}; the same ops with no "
-            f"per-op dispatch (one compiled graph, one launch per step, where eager pays "
-            f"{get_target(case.target).launch_overhead_ns / 1e3:.0f} us per op, exposed wherever the op runs "
-            f"shorter): -{layers * (laid - graph) * 1e3:.1f} ms -> {after_launch / published:.2f}; the ops "
-            f"besides GEMMs and attention (norms, RoPE, SiLU x up, residual adds, casts: "
-            f"{elementwise * 1e6:.0f} us a layer, each an HBM round trip) fused into the published QKV and MLP "
-            f"kernels at no cost, the most fusion can save: -{layers * elementwise * 1e3:.1f} ms -> "
-            f"{after_fusion / published:.2f}; attention over the {padded}-position token-generation bucket: "
-            f"{(after_bucket - after_fusion) * 1e3:+.1f} ms -> {after_bucket / published:.2f}; left: the GEMVs stream a layer's {layer['gemm_bytes'] / 1e6:.0f} MB "
-            f"at {layer['gemm_bytes'] / layer['gemm_s'] / 1e9:.0f} GB/s of the core's {hbm / 1e9:.0f} GB/s HBM share")
+            "measured on the same shard, adding what the published run does: " + "; ".join(text)
+            + f"; left: the GEMVs stream a layer's {layer['gemm_bytes'] / 1e6:.0f} MB at "
+            f"{layer['gemm_bytes'] / layer['gemm_s'] / 1e9:.0f} GB/s of the core's {target.hbm_bytes_per_s / 1e9:.0f} "
+            "GB/s HBM share")
 
 
 def _rows(case: Trn2Case) -> list[Row]:
