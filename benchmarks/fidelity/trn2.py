@@ -5,10 +5,10 @@ published TP, batch and lengths, ``wb.serve`` -- and read as p50 TTFT and TPOT.
 Each case is data: the published figures, their source and the published configuration. Where
 a ratio falls outside 0.8-1.25 the note measures, with the same simulator on the same shard of
 the real module, what the published configuration runs that ``wb.serve``'s eager Hugging Face
-forward does not: its attention kernel (one fused causal attention op instead of SDPA's masked
-math form), sequence parallelism (RMSNorm and the residual adds on 1/TP of the prompt's tokens,
-NxD Inference's ``--sequence-parallel-enabled``) and weights laid out once at load ([in, out],
-so no per-call transpose of each ``nn.Linear`` weight). Nothing here is tuned per row.
+forward does not: sequence parallelism (RMSNorm and the residual adds on 1/TP of the prompt's
+tokens, NxD Inference's ``--sequence-parallel-enabled``), weights laid out once at load ([in, out],
+so no per-call transpose of each ``nn.Linear`` weight), its QKV and MLP kernels' fusion of the
+elementwise ops, and its bucket padding. Nothing here is tuned per row.
 
 Neuron publishes no trn2 training table (its performance pages cover trn1, trn1n, inf1 and
 inf2; the NxD Training trn2 recipes give configurations without results), so every row here
@@ -80,47 +80,24 @@ def _served(case: Trn2Case) -> dict:
 
 # --- what the published configuration runs that the eager Hugging Face forward does not ----------------
 
-_FUSED = "trn2_fused_causal"
-
-
-def _fused_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
-    """A prefill's attention as one fused causal op, what NxD Inference's attention kernel runs,
-    where Hugging Face's SDPA path builds the causal mask and runs the masked math form; decode
-    steps as ``wb.serve`` runs them (already one fused op)."""
-    import torch.nn.functional as F
-    from workbench.serving.attention import serving_attention
-    if query.shape[2] == 1:
-        return serving_attention(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
-    groups = query.shape[1] // key.shape[1]
-    key, value = (t.repeat_interleave(groups, dim=1) for t in (key, value))
-    out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling)
-    return out.transpose(1, 2), None
-
-
 def _lay_out_weights(model) -> None:
     """Store every ``nn.Linear`` weight as [in, out] (the module sees its usual [out, in] as a
-    transposed view), as an inference runtime lays weights out once at load."""
+    transposed view of the same values), as an inference runtime lays weights out once at load."""
     import torch
     for m in model.modules():
         if isinstance(m, torch.nn.Linear):
-            w = m.weight
-            m.weight = torch.nn.Parameter(torch.empty(w.shape[1], w.shape[0], dtype=w.dtype, device=w.device).t(),
-                                          requires_grad=False)
+            m.weight = torch.nn.Parameter(m.weight.detach().t().contiguous().t(), requires_grad=False)
 
 
-def _forward(case: Trn2Case, layers: int, cached: int, new: int, *, fused: bool, laid_out: bool) -> list:
+def _forward(case: Trn2Case, layers: int, cached: int, new: int, *, laid_out: bool) -> list:
     """The op records of one forward of the case's TP shard (``layers`` deep), timing-only, as
-    ``workbench.serving`` measures an iteration, optionally with ``_fused_attention`` and laid-out weights."""
+    ``workbench.serving`` measures an iteration, optionally with laid-out weights."""
     import torch
     import workbench as wb
-    from transformers import AttentionInterface
     from workbench.serving.kv_slots import slot_cache
     from workbench.serving.model_shapes import build_timing_only, shard_config
 
     model = build_timing_only(shard_config(llama_config(case), case.tp, layers))
-    if fused:
-        AttentionInterface.register(_FUSED, _fused_attention)
-        model.config._attn_implementation = _FUSED
     with torch.neuron.timing_only():
         if laid_out:
             _lay_out_weights(model)
@@ -182,28 +159,19 @@ def _sequence_parallel_saving_s(case: Trn2Case, tokens: int) -> float:
 def _prefill_gap(case: Trn2Case, predicted_s: float) -> str:
     """The TTFT with the published configuration's mechanisms added one at a time, each measured."""
     layers, tokens = case.sizes["num_hidden_layers"], case.prompt
-    served = _per_layer_s(case, 0, tokens, fused=False, laid_out=False)
-    fused = _per_layer_s(case, 0, tokens, fused=True, laid_out=False)
+    served = _per_layer_s(case, 0, tokens, laid_out=False)
     sp = _sequence_parallel_saving_s(case, tokens)
-    laid = _per_layer_s(case, 0, tokens, fused=True, laid_out=True)
-    padded = [layers * (_per_layer_s(case, 0, n, fused=True, laid_out=True) - _sequence_parallel_saving_s(case, n)
-                        - laid + sp) for n in case.prompt_buckets]
-    heads = case.sizes["num_attention_heads"] // case.tp
-    groups = heads // max(1, case.sizes["num_key_value_heads"] // case.tp)     # on a rank, KV heads replicated
-    why = ("a rank holds one query head per KV head, so SDPA already takes the fused op" if groups == 1 else
-           f"Hugging Face calls SDPA with enable_gqa for a rank's {groups} query heads per KV head, and the device's "
-           "SDPA choice, backend/device/csrc/neuron_hooks.cpp, keeps CPU's flash conditions, equal head counts, so "
-           "it runs bmm, mask and softmax over the whole score matrix")
-    steps = [(f"one fused causal attention op per layer (the published attention kernel) instead of SDPA's "
-              f"masked math form ({why})", layers * (served - fused)),
-             (f"sequence parallelism: each layer's two RMSNorms and residual adds on 1/{case.tp} of the tokens",
-              layers * sp),
-             ("weights laid out at load", layers * (fused - laid))]
+    laid = _per_layer_s(case, 0, tokens, laid_out=True)
+    steps = [(f"sequence parallelism: each layer's two RMSNorms and residual adds on 1/{case.tp} of the tokens",
+              -layers * sp),
+             ("weights laid out at load", layers * (laid - served))]
     published = case.ttft_ms * 1e-3
     text, now = [], predicted_s
-    for what, saved in steps:
-        now -= saved
-        text.append(f"{what}: {_delta(-saved, 0)} -> {now / published:.2f}")
+    for what, change in steps:
+        now += change
+        text.append(f"{what}: {_delta(change, 0)} -> {now / published:.2f}")
+    padded = [layers * (_per_layer_s(case, 0, n, laid_out=True) - _sequence_parallel_saving_s(case, n) - laid + sp)
+              for n in case.prompt_buckets]
     if padded:
         text.append(f"the prompt padded to its context-encoding bucket ({'..'.join(map(str, case.prompt_buckets))} "
                     f"tokens): {'..'.join(_delta(p, 0) for p in padded)} -> "
@@ -221,11 +189,11 @@ def _decode_gap(case: Trn2Case, predicted_s: float) -> str:
     from backend.sim import get_target
     target = get_target(case.target)
     layers, context = case.sizes["num_hidden_layers"], case.prompt + case.output // 2
-    served = _per_layer_s(case, context - 1, 1, fused=False, laid_out=False)
-    laid = _per_layer_s(case, context - 1, 1, fused=False, laid_out=True)
-    layer = _per_layer(case, context - 1, 1, fused=False, laid_out=True, launches=False)
+    served = _per_layer_s(case, context - 1, 1, laid_out=False)
+    laid = _per_layer_s(case, context - 1, 1, laid_out=True)
+    layer = _per_layer(case, context - 1, 1, laid_out=True, launches=False)
     padded = max(case.decode_bucket, context)
-    bucketed = _per_layer(case, padded - 1, 1, fused=False, laid_out=True, launches=False)
+    bucketed = _per_layer(case, padded - 1, 1, laid_out=True, launches=False)
     steps = [("weights laid out at load", layers * (laid - served)),
              (f"the same ops with no per-op dispatch (one compiled graph, one launch per step; eager pays "
               f"{target.launch_overhead_ns / 1e3:.0f} us an op, exposed where the op runs shorter)",
