@@ -25,11 +25,9 @@ def _run(device, tensors, **kwargs):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kwargs", [{}, {"is_causal": True}, {"scale": 0.3},
                                     {"attn_mask": torch.randn(32, 32)},
-                                    {"attn_mask": torch.rand(32, 32) > 0.3},
-                                    {"enable_gqa": True, "is_causal": True}])
+                                    {"attn_mask": torch.rand(32, 32) > 0.3}])
 def test_fused_path_equals_cpu_forward_and_backward(dtype, kwargs):
-    # grouped-query attention (4 query heads, 2 K/V heads): CPU's flash kernel takes it too
-    tensors = _qkv(dtype, heads=(4, 2, 2) if kwargs.get("enable_gqa") else (4, 4, 4))
+    tensors = _qkv(dtype)
     if "attn_mask" in kwargs:
         kwargs = {"attn_mask": kwargs["attn_mask"].to("neuron")}
         cpu_kwargs = {"attn_mask": kwargs["attn_mask"].cpu()}
@@ -45,9 +43,11 @@ def test_fused_path_equals_cpu_forward_and_backward(dtype, kwargs):
     assert {FUSED, FUSED + "_backward"} <= names and "aten::_softmax" not in names
 
 
-@pytest.mark.parametrize("case", ["dropout", "mask_needs_grad", "flash_disabled"])
+@pytest.mark.parametrize("case", ["dropout", "gqa", "mask_needs_grad", "flash_disabled"])
 def test_math_path_where_cpu_takes_it(case):
-    tensors = _qkv(torch.float32)
+    tensors, kwargs = _qkv(torch.float32), {}
+    if case == "gqa":
+        tensors, kwargs = _qkv(torch.float32, heads=(4, 2, 2)), {"enable_gqa": True}
     with wb.profile() as prof:
         if case == "dropout":
             torch.manual_seed(1)
@@ -55,10 +55,14 @@ def test_math_path_where_cpu_takes_it(case):
         elif case == "mask_needs_grad":
             mask = torch.randn(32, 32, device="neuron", requires_grad=True)
             F.scaled_dot_product_attention(*[t.detach().to("neuron") for t in tensors], attn_mask=mask)
-        else:
+        elif case == "flash_disabled":
             from torch.nn.attention import SDPBackend, sdpa_kernel
             with sdpa_kernel(SDPBackend.MATH):
                 F.scaled_dot_product_attention(*[t.detach().to("neuron") for t in tensors])
+        else:
+            out, _ = _run("neuron", tensors, **kwargs)
+            ref, _ = _run("cpu", tensors, **kwargs)
+            torch.testing.assert_close(out, ref)
     assert FUSED not in set(prof.ops["name"])
 
 

@@ -289,9 +289,8 @@ struct NeuronGuard final : c10::impl::DeviceGuardImplInterface {
 // SDPA's backend on the device: the fused (overrideable) op where CPU would run its flash kernel
 // -- CPU's own conditions, as ATen's select_sdp_backend_cpp checks them (sdpa_kernel settings,
 // no dropout, dense 4-D inputs, a mask needing no gradient, equal head dims, unit last-dim
-// strides, non-empty sequences, matching batch, and matching heads or grouped-query heads under
-// enable_gqa) -- so the host runs the kernel CPU runs; everything else takes the math path, as on
-// CPU.
+// strides, non-empty sequences, matching batch and heads) -- so the host runs the kernel CPU
+// runs; everything else takes the math path, as on CPU.
 int64_t neuron_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                           const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                           std::optional<double> scale, bool enable_gqa) {
@@ -321,13 +320,8 @@ int64_t neuron_sdp_choice(const at::Tensor& query, const at::Tensor& key, const 
     return math;
   }
   const bool same_batch = query.sym_size(0) == key.sym_size(0) && query.sym_size(0) == value.sym_size(0);
-  const auto q_heads = query.sym_size(1);
-  const auto k_heads = key.sym_size(1);
-  const bool same_heads = q_heads == k_heads && q_heads == value.sym_size(1);
-  // Grouped-query attention (enable_gqa), as ATen's check_grouped_query_attention admits it for
-  // CPU's flash kernel: K and V with the same heads, a whole number of query heads to each.
-  const bool grouped = enable_gqa && k_heads == value.sym_size(1) && k_heads > 0 && q_heads % k_heads == 0;
-  if (!same_batch || !(same_heads || grouped)) {
+  const bool same_heads = query.sym_size(1) == key.sym_size(1) && query.sym_size(1) == value.sym_size(1);
+  if (!same_batch || !same_heads) {
     return math;
   }
   return static_cast<int64_t>(sdp::SDPBackend::overrideable);
