@@ -5,10 +5,10 @@ published TP, batch and lengths, ``wb.serve`` -- and read as p50 TTFT and TPOT.
 Each case is data: the published figures, their source and the published configuration. Where
 a ratio falls outside 0.8-1.25 the note measures, with the same simulator on the same shard of
 the real module, what the published configuration runs that ``wb.serve``'s eager Hugging Face
-forward does not: sequence parallelism (RMSNorm and the residual adds on 1/TP of the prompt's
-tokens, NxD Inference's ``--sequence-parallel-enabled``), weights laid out once at load ([in, out],
-so no per-call transpose of each ``nn.Linear`` weight), its QKV and MLP kernels' fusion of the
-elementwise ops, and its bucket padding. Nothing here is tuned per row.
+forward does not: its attention kernel, sequence parallelism (RMSNorm and the residual adds on
+1/TP of the prompt's tokens, NxD Inference's ``--sequence-parallel-enabled``), weights laid out
+once at load ([in, out], so no per-call transpose of each ``nn.Linear`` weight), its QKV and MLP
+kernels' fusion of the elementwise ops, and its bucket padding. Nothing here is tuned per row.
 
 Neuron publishes no trn2 training table (its performance pages cover trn1, trn1n, inf1 and
 inf2; the NxD Training trn2 recipes give configurations without results), so every row here
@@ -80,6 +80,21 @@ def _served(case: Trn2Case) -> dict:
 
 # --- what the published configuration runs that the eager Hugging Face forward does not ----------------
 
+_FUSED = "trn2_fused_causal"
+
+
+def _fused_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
+    """A prefill's attention as one fused causal op over K/V repeated per query head: what NxD
+    Inference's attention kernel runs, whichever path Hugging Face's SDPA call takes on the device
+    (its ``enable_gqa`` call goes to the masked math form where the device's SDPA choice wants
+    equal head counts)."""
+    import torch.nn.functional as F
+    groups = query.shape[1] // key.shape[1]
+    key, value = (t.repeat_interleave(groups, dim=1) for t in (key, value))
+    out = F.scaled_dot_product_attention(query, key, value, is_causal=query.shape[2] > 1, scale=scaling)
+    return out.transpose(1, 2), None
+
+
 def _lay_out_weights(model) -> None:
     """Store every ``nn.Linear`` weight as [in, out] (the module sees its usual [out, in] as a
     transposed view of the same values), as an inference runtime lays weights out once at load."""
@@ -89,15 +104,20 @@ def _lay_out_weights(model) -> None:
             m.weight = torch.nn.Parameter(m.weight.detach().t().contiguous().t(), requires_grad=False)
 
 
-def _forward(case: Trn2Case, layers: int, cached: int, new: int, *, laid_out: bool) -> list:
+def _forward(case: Trn2Case, layers: int, cached: int, new: int, *, laid_out: bool, fused: bool = False) -> list:
     """The op records of one forward of the case's TP shard (``layers`` deep), timing-only, as
-    ``workbench.serving`` measures an iteration, optionally with laid-out weights."""
+    ``workbench.serving`` measures an iteration, optionally with laid-out weights and
+    ``_fused_attention``."""
     import torch
     import workbench as wb
+    from transformers import AttentionInterface
     from workbench.serving.kv_slots import slot_cache
     from workbench.serving.model_shapes import build_timing_only, shard_config
 
     model = build_timing_only(shard_config(llama_config(case), case.tp, layers))
+    if fused:
+        AttentionInterface.register(_FUSED, _fused_attention)
+        model.config._attn_implementation = _FUSED
     with torch.neuron.timing_only():
         if laid_out:
             _lay_out_weights(model)
@@ -160,18 +180,22 @@ def _prefill_gap(case: Trn2Case, predicted_s: float) -> str:
     """The TTFT with the published configuration's mechanisms added one at a time, each measured."""
     layers, tokens = case.sizes["num_hidden_layers"], case.prompt
     served = _per_layer_s(case, 0, tokens, laid_out=False)
+    fused = _per_layer_s(case, 0, tokens, laid_out=False, fused=True)
     sp = _sequence_parallel_saving_s(case, tokens)
-    laid = _per_layer_s(case, 0, tokens, laid_out=True)
-    steps = [(f"sequence parallelism: each layer's two RMSNorms and residual adds on 1/{case.tp} of the tokens",
+    laid = _per_layer_s(case, 0, tokens, laid_out=True, fused=True)
+    taken = "SDPA's masked math form" if fused < 0.99 * served else "the fused op already"
+    steps = [(f"attention as one fused causal op per layer, the published attention kernel (the served run "
+              f"takes {taken})", layers * (fused - served)),
+             (f"sequence parallelism: each layer's two RMSNorms and residual adds on 1/{case.tp} of the tokens",
               -layers * sp),
-             ("weights laid out at load", layers * (laid - served))]
+             ("weights laid out at load", layers * (laid - fused))]
     published = case.ttft_ms * 1e-3
     text, now = [], predicted_s
     for what, change in steps:
         now += change
         text.append(f"{what}: {_delta(change, 0)} -> {now / published:.2f}")
-    padded = [layers * (_per_layer_s(case, 0, n, laid_out=True) - _sequence_parallel_saving_s(case, n) - laid + sp)
-              for n in case.prompt_buckets]
+    padded = [layers * (_per_layer_s(case, 0, n, laid_out=True, fused=True) - _sequence_parallel_saving_s(case, n)
+                        - laid + sp) for n in case.prompt_buckets]
     if padded:
         text.append(f"the prompt padded to its context-encoding bucket ({'..'.join(map(str, case.prompt_buckets))} "
                     f"tokens): {'..'.join(_delta(p, 0) for p in padded)} -> "

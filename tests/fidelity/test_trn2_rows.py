@@ -1,7 +1,7 @@
 """The trn2 fidelity cases (``benchmarks/fidelity/trn2.py``): each carries its published figures,
 source and configuration, matches the checkpoint it names and the sources doc, and its builder
-constructs; the laid-out weights its notes measure keep each module's values. Running the rows
-is slow."""
+constructs; the attention stand-in and laid-out weights its notes measure compute what the
+module computes. Running the rows is slow."""
 import re
 from pathlib import Path
 
@@ -48,8 +48,18 @@ def _tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2)
+                         num_attention_heads=4, num_key_value_heads=2, attn_implementation="sdpa")
     return LlamaForCausalLM(config).eval()
+
+
+def test_the_fused_attention_stand_in_computes_hugging_face_attention():
+    from transformers import AttentionInterface
+    model, ids = _tiny_llama(), torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model(ids).logits
+        AttentionInterface.register(trn2._FUSED, trn2._fused_attention)
+        model.config._attn_implementation = trn2._FUSED
+        torch.testing.assert_close(model(ids).logits, expected)
 
 
 def test_laid_out_weights_store_each_linear_in_out_and_compute_the_same():
