@@ -248,8 +248,9 @@ def all_rows() -> list[Row]:
     """Every row of the table, NeuronCore first, then GPU and TPU, then serving."""
     from benchmarks.fidelity.serving import serving_rows   # these modules build their rows from Row
     from benchmarks.fidelity.tpu import tpu_rows
+    from benchmarks.fidelity.trn2 import trn2_rows
 
-    return neuron_rows() + gpu_rows() + tpu_rows() + serving_rows()
+    return neuron_rows() + trn2_rows() + gpu_rows() + tpu_rows() + serving_rows()
 
 
 def format_table(rows: list[Row]) -> str:
