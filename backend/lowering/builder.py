@@ -66,13 +66,14 @@ class Builder:
 
     def dma(self, nbytes: int, *, src: str, dst: str, partitions: int = 128, row_bytes: int | None = None,
             deps=(), repeat: int = 1, opcode: str = "dma_copy", src_bytes: int | None = None,
-            dst_bytes: int | None = None) -> int:
+            dst_bytes: int | None = None, queue: int | None = None) -> int:
         """One transfer of ``nbytes`` (per repeat) in contiguous rows of ``row_bytes``.
 
         Transfers touching SBUF span one engine per 8 partitions; others use every engine.
         ``src_bytes`` / ``dst_bytes`` override the bytes counted at either end when they differ
         from what the engines move (a broadcast load reads its source once; a casting copy
-        reads 4-byte and writes 2-byte elements).
+        reads 4-byte and writes 2-byte elements). ``queue``: the DMA queue it is submitted to,
+        if the program decides it (``Instruction.dma_queue``).
         """
         t = self.target
         row = max(1, row_bytes or nbytes)
@@ -80,7 +81,7 @@ class Builder:
         engines = dma_engines_for(partitions, t) if on_chip else t.dma_engines
         ins = Instruction("dma", opcode, repeat=repeat, partitions=partitions, nbytes=nbytes,
                           descriptors=ceil(nbytes / row), dma_engines=engines, src=src, dst=dst,
-                          deps=tuple(sorted(set(deps))))
+                          deps=tuple(sorted(set(deps))), dma_queue=queue)
         read = (nbytes if src_bytes is None else src_bytes) * repeat
         write = (nbytes if dst_bytes is None else dst_bytes) * repeat
         return self._add(ins, reads=((src, read),), writes=((dst, write),))

@@ -98,7 +98,7 @@ def dma(dst: View, src: View, mask=None) -> int:
     nbytes = elements * itemsize(dst.dtype)
     index = tr.emit("dma", "dma", [src], [dst], nbytes=nbytes, src=src.memory, dst=dst.memory,
                     partitions=max(1, partitions), row_bytes=min(row, max(1, nbytes)),
-                    src_bytes=elements * itemsize(src.dtype))
+                    src_bytes=elements * itemsize(src.dtype), queue=tr.dma_queue())
     if tr.values:
         dst.write(src.read().reshape(dst.shape) if src.size == dst.size else src.read(), mask)
     return index
@@ -118,7 +118,8 @@ def broadcast_partitions(v: View, partitions: int) -> Tensor:
         out = tr.allocate(shape, v.dtype, "sbuf")
         size = itemsize(v.dtype)
         index = tr.emit("dma", "dma", [v], [out.full()], nbytes=partitions * free * size, src=v.memory, dst="sbuf",
-                        partitions=partitions, row_bytes=free * size, src_bytes=free * size)
+                        partitions=partitions, row_bytes=free * size, src_bytes=free * size,
+                        queue=tr.dma_queue())
     if tr.values:
         out.full().write(np.broadcast_to(v.read(), shape))
     return tr.produced(out, index)

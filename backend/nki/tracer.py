@@ -20,6 +20,12 @@ come from the data, not from the program text:
   as an allocator keeps what fits double-buffered.
 - ``hoist``: an instruction equal to one already run on unchanged inputs is not run again (a
   compiler hoisting loop-invariant work), off by default: the kernel runs as written.
+- DMA queues: every transfer one call site (an ``nl.load`` / ``nl.store`` / ``dma_copy`` in
+  the source) issues goes to one DMA queue, in order; sites get queues in the order they first
+  run, 16 a core. ASSUMPTION: the compiler triggers a loop body's DMA instruction from one
+  engine sequencer, and the queue is tied to the trigger engine (nki-dma-overview); the NKI
+  matmul tutorial's published times fit it (its hoisted loop's loads, independent but from
+  one site, run at one transfer per ~1.3 us; the naive loop's two sites overlap).
 
 At the end the tiles' footprint (per allocation site, its largest tile times its buffers) is
 checked against SBUF and PSUM, as the NKI compiler's allocator would.
@@ -84,6 +90,7 @@ class KernelTracer:
         self.site_buffers = dict(site_buffers or {})      # (site, memory) -> buffers there
         self.hoist = hoist
         self._waited = {e: set() for e in COMPUTE_ENGINES}
+        self._dma_queues: dict = {}     # call site -> DMA queue
         self._sites: dict = {}          # site -> [tensors allocated there, in order]
         self._hoisted: dict = {}        # instruction key -> result tensor
         self.allocated: list = []       # on-chip tensors (for the footprint)
@@ -172,6 +179,11 @@ class KernelTracer:
         for v in writes:
             self._register(v, index, True, engine)
         return index
+
+    def dma_queue(self) -> int:
+        """The DMA queue of the transfer the kernel is issuing: one per call site."""
+        queues = self._dma_queues
+        return queues.setdefault(_call_site(), len(queues) % self.target.dma_queues_per_engine)
 
     def produced(self, tensor: Tensor, index: int) -> Tensor:
         """Mark ``tensor`` as the unread result of instruction ``index`` (so an assignment may

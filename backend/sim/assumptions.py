@@ -122,6 +122,15 @@ _register("dma.issue_ns", 600.0, "ns per DMA instruction", plausible=(0.0, 900.0
 _register("dma.issue_queues", 2, "queues", plausible=(1, 4), integer=True,
           why="instruction streams issuing DMAs at once (nki.isa.dma_copy: hardware DGE is invoked by "
               "the Sync or Scalar engine sequencers); each issues its DMA instructions in order")
+_register("dma.queue_transfer_ns", 1300.0, "ns per transfer", plausible=(850.0, 1300.0),
+          why="least time between the starts of two transfers in one DMA queue. A queue runs its transfers "
+              "in order (nki-dma-overview, DMA Queues) and every transfer pays descriptor setup, "
+              "synchronization and the ~1300 ns semaphore-to-start latency, so with small payloads the "
+              "transfer rate, not bandwidth, limits (nki-dma-bandwidth-guide). The overview's figure of "
+              "throughput against bytes per partition (p=128, one transfer shape repeated) doubles with "
+              "every doubling from 32 B to 2 KiB a partition and flattens from 4 KiB: a constant time per "
+              "transfer, about 1.2x what 2 KiB a partition takes at the full rate (0.9-1.2 us at 23-17 B/ns "
+              "an engine; the axis has no scale). Only transfers whose queue the program names pay it")
 _register("tensor.matmul_access_overhead_share", 1.0, "x access overhead", plausible=(0.0, 1.0),
           why="share of the ~60-cycle static access overhead charged to each nc_matmul. The ISA "
               "figure is already the average of back-to-back matmuls, so the overhead may be counted "

@@ -32,6 +32,9 @@ class Instruction:
     stationary_free: nc_matmul's stationary free size (M); free_size is the moving N.
     deps: indices of earlier instructions of the same Program this one waits for.
     nbytes / descriptors / dma_engines: DMA payload, contiguous chunks, and engines it spans.
+    dma_queue: the DMA queue a transfer is submitted to, when the program says (an NKI kernel's
+        call site); transfers of one queue run in order at the queue's transfer rate. None: the
+        compiler spreads the program's transfers over queues, so no one queue paces them.
     duration_ns: explicit cost per hardware instruction (host compute, host link transfers).
     traffic: bytes read and written per memory level, keyed like the trace's counters
         (``"hbm_read_bytes"``, ``"sbuf_write_bytes"``, ...; see ``trace.TRAFFIC_FIELDS``).
@@ -55,6 +58,7 @@ class Instruction:
     flops: int = 0
     traffic: dict | None = None
     attrs: dict | None = None
+    dma_queue: int | None = None
 
     def attr(self, key: str, default=None):
         return self.attrs.get(key, default) if self.attrs else default

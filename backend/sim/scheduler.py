@@ -11,7 +11,11 @@ time per queue: issue overlaps the start latency and other transfers, so it boun
 small DMAs can follow each other rather than adding to every transfer. Each engine serves its
 16 queues round robin, so a transfer is not held behind an unrelated one issued earlier (a
 store waiting for compute does not block the next prefetch): a DMA engine is modelled as a
-timeline where a transfer takes the first free gap. NC-v2 port conflicts (VectorE/GpSimdE on
+timeline where a transfer takes the first free gap. A queue runs its own transfers in order, a
+transfer starting no sooner than the previous one ends nor than ``dma.queue_transfer_ns`` after
+it started (the per-transfer setup and semaphore that limit small transfers); that pacing
+applies where the program names a transfer's queue (``Instruction.dma_queue``: an NKI
+kernel's call sites), not where the compiler chooses queues. NC-v2 port conflicts (VectorE/GpSimdE on
 SBUF, VectorE/ScalarE on PSUM) serialise the engines that share a port.
 
 One pass over the instructions, O(n) with a 16-entry DMA scan: a GPT-2-sized op stream
@@ -295,6 +299,7 @@ class Simulator:
             dma_lines = [_Timeline() for _ in range(t.dma_engines)]
             issuers = [_Timeline() for _ in range(int(assumptions.value("dma.issue_queues")))]
         issue_ns = assumptions.value("dma.issue_ns") if t.hardware_dge else 0.0
+        queues: dict[int, float] = {}       # named DMA queue -> earliest start of its next transfer
         ports: dict[str, float] = {}
         busy = dict.fromkeys(("tensor", "vector", "scalar", "gpsimd", "dma", "host", "collective"), 0.0)
         counts: dict[str, int] = {}
@@ -314,7 +319,7 @@ class Simulator:
                         prefetch_bytes -= ins.nbytes * ins.repeat
                     elif not ins.deps:
                         prefetch_bytes = 0      # loads issue in order: one that cannot go early stops the rest
-                end = self._schedule_dma(ins, ready, unit_ns, dma_lines, issuers, issue_ns, events)
+                end = self._schedule_dma(ins, ready, unit_ns, dma_lines, issuers, issue_ns, events, queues)
                 busy["dma"] += unit_ns * ins.repeat * min(ins.dma_engines, t.dma_engines)
             else:
                 used = self._ports(ins)
@@ -349,12 +354,25 @@ class Simulator:
         return tuple(used)
 
     def _schedule_dma(self, ins, ready: float, unit_ns: float, lines: list, issuers: list, issue_ns: float,
-                      events: list) -> float:
+                      events: list, queues: dict) -> float:
+        """A transfer in its DMA queue's order (``_place_dma``), when the program names the queue."""
+        queue = ins.dma_queue
+        if queue is None:
+            return self._place_dma(ins, ready, unit_ns, lines, issuers, issue_ns, events, 0.0)
+        earliest = queues.get(queue, 0.0)
+        end = self._place_dma(ins, ready, unit_ns, lines, issuers, issue_ns, events, earliest)
+        start = max(ready + self.target.dma_fixed_latency_ns, earliest)
+        queues[queue] = max(end, start + assumptions.value("dma.queue_transfer_ns") * ins.repeat)
+        return end
+
+    def _place_dma(self, ins, ready: float, unit_ns: float, lines: list, issuers: list, issue_ns: float,
+                   events: list, earliest: float) -> float:
         """Issue a transfer in the first gap of the issuing queue free soonest, then place it on the engines that
-        can start it soonest, after the start latency. ``repeat`` instructions are issued one
-        after another, so the engines cannot finish before the last one is issued."""
+        can start it soonest, after the start latency and not before ``earliest``. ``repeat``
+        instructions are issued one after another, so the engines cannot finish before the last
+        one is issued."""
         k = min(max(1, ins.dma_engines), len(lines))
-        trigger = ready + self.target.dma_fixed_latency_ns
+        trigger = max(ready + self.target.dma_fixed_latency_ns, earliest)
         duration = unit_ns * ins.repeat
         if issue_ns:
             issuing = issue_ns * ins.repeat

@@ -15,6 +15,8 @@ DMA engines (``backend.nki.kernel.on_target``), so error bands re-simulate witho
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from backend.lowering.builder import Builder
 from backend.nki import TensorSpec, run_kernel
 from backend.nki.kernel import on_target
@@ -23,7 +25,7 @@ from backend.sim.presets import NeuronConfig
 from benchmarks.fidelity.nki_tutorials import matmul as tutorial
 
 __all__ = ["MATMUL_SHAPE", "matmul_program", "matmul_ns", "tutorial_variant_ns", "tutorial_variant_hbm_bytes",
-           "TUTORIAL_VARIANTS", "OPTIMISED_BLOCKS", "optimised_hbm_bytes", "dma_program", "dma_ns",
+           "busiest_queue_transfers", "TUTORIAL_VARIANTS", "OPTIMISED_BLOCKS", "optimised_hbm_bytes", "dma_program", "dma_ns",
            "variant_program"]
 
 MATMUL_SHAPE = (4096, 8192, 8192)          # M, K, N
@@ -79,6 +81,17 @@ def tutorial_variant_ns(variant: str, target: NeuronConfig, prefetch: bool) -> f
 def tutorial_variant_hbm_bytes(variant: str, target: NeuronConfig) -> int:
     """HBM bytes a simpler kernel reads and writes over the whole run (its loads and stores)."""
     return _hbm_bytes(variant, target)
+
+
+def busiest_queue_transfers(variant: str, target: NeuronConfig) -> int:
+    """Transfers the kernel's busiest DMA queue (its busiest ``nl.load`` / ``nl.store`` call site)
+    runs over the whole kernel: they run in order, so its time is at least that many transfer times."""
+    program, repeats = variant_program(variant, target)
+    counts = Counter()
+    for ins in program.instructions:
+        if ins.engine == "dma":
+            counts[ins.dma_queue] += ins.repeat
+    return repeats * max(counts.values())
 
 
 def matmul_program(target: NeuronConfig) -> Program:

@@ -6,7 +6,7 @@ import pytest
 import backend.nki.isa as nisa
 import backend.nki.language as nl
 from backend.nki import TensorSpec
-from backend.sim import Simulator, get_target
+from backend.sim import Simulator, assumptions, get_target
 
 from nki_helpers import instructions, run
 
@@ -132,3 +132,24 @@ def test_a_view_updated_in_place_can_be_assigned_elsewhere():
         return out
     x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
     np.testing.assert_array_equal(run(kernel, x).outputs[0], x + 1)
+
+
+def test_each_call_site_issues_its_transfers_on_one_dma_queue():
+    def kernel(a, b):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 512), dtype=nl.float32)
+        for k in nl.affine_range(4):
+            x = nl.load(a[k * 128:(k + 1) * 128, :])         # one site, four transfers
+            y = nl.load(b[k * 128:(k + 1) * 128, :])
+            acc[...] = nl.add(acc, nl.add(x, y))
+        nl.store(out, value=acc)
+        return out
+    spec = (TensorSpec((512, 512), "float32"), TensorSpec((512, 512), "float32"))
+    result = run(kernel, *spec, target=get_target("trn1"))
+    queues = [i.dma_queue for i in instructions(result, "dma")]
+    assert queues == [0, 1] * 4 + [2]
+    # a site's four [128, 512] fp32 loads (2 KiB a partition) move in well under the queue's transfer
+    # time, so they follow each other at its rate
+    trn1, step = get_target("trn1"), assumptions.value("dma.queue_transfer_ns")
+    paced = Simulator(trn1).run(result.program).total_time_ns
+    assert paced >= trn1.dma_fixed_latency_ns + 3 * step

@@ -251,3 +251,24 @@ def test_a_transfer_interleaves_with_a_small_store_on_its_engine():
             ends[e.engine] = max(ends.get(e.engine, 0.0), e.end_ns)
     assert len(loaded_on_store_engine) == 2 and len(ends) == 16       # before and after the store
     assert max(ends.values()) - min(ends.values()) == pytest.approx(stored.end_ns - stored.start_ns)
+
+
+def test_a_named_dma_queue_runs_its_transfers_in_order_at_its_transfer_rate():
+    # trn1: no hardware DGE, so only the queue paces. Six tiny loads on 16 engines, no queue named:
+    # the compiler's spread, all under one start latency
+    spread = run(TRN1, *[tiny_load() for _ in range(6)]).total_time_ns
+    assert spread == pytest.approx(1300 + (512 + 256) / 17)
+    with assumptions.overridden({"dma.queue_transfer_ns": 1000.0}):
+        # the same six on one queue: one every 1000 ns, the last one's bytes after its start
+        paced = run(TRN1, *[tiny_load(dma_queue=0) for _ in range(6)]).total_time_ns
+        assert paced == pytest.approx(1300 + 5 * 1000 + (512 + 256) / 17)
+        # a lone transfer costs what it did; two queues run side by side, each in its own order
+        assert run(TRN1, tiny_load(dma_queue=3)).total_time_ns == pytest.approx(spread)
+        two = run(TRN1, *[tiny_load(dma_queue=q % 2) for q in range(6)]).total_time_ns
+        assert two == pytest.approx(1300 + 2 * 1000 + (512 + 256) / 17)
+        # a transfer longer than the queue's rate holds the next one until it ends (in order)
+        big = [Instruction("dma", "dma_copy", nbytes=128 * 32768, descriptors=128, dma_engines=16, src="hbm",
+                           dst="sbuf", dma_queue=0) for _ in range(3)]
+        one = run(TRN1, big[0]).total_time_ns - 1300
+        assert one > 1000
+        assert run(TRN1, *big).total_time_ns == pytest.approx(1300 + 3 * one)
