@@ -34,6 +34,14 @@ _PIPELINE_SUMMARY = ("step_time", "bubble_fraction", "schedule_bubble_fraction",
 TIMING_ONLY_VALUES = "none (timing-only: shapes, no values)"
 
 
+def _timing_only_values(kept: dict | None) -> str:
+    """The summary's ``values`` line: none, or the small tensors that kept theirs (exact)."""
+    if not kept or not kept["tensors"]:
+        return TIMING_ONLY_VALUES
+    return (f"{TIMING_ONLY_VALUES[:-1]} except {kept['tensors']} small tensors ({kept['bytes']:,} bytes) "
+            f"and {kept['ops']} ops on them, computed exactly on the host)")
+
+
 class Profile:
     """Tables, counters and views of one profiled run.
 
@@ -96,7 +104,7 @@ class Profile:
         if "wall_time_s" in self.meta:
             out["host_wall_time"] = float(self.meta["wall_time_s"])
         if self.meta.get("timing_only"):
-            out["values"] = TIMING_ONLY_VALUES
+            out["values"] = _timing_only_values(self.meta.get("timing_only_values"))
         if self.trace.pipelines:
             last = self.trace.pipelines[-1].summary()
             out.update({"pipeline_steps": len(self.trace.pipelines), "pipeline_schedule": self.trace.pipelines[-1].schedule,

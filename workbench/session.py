@@ -194,10 +194,11 @@ class ProfileSession:
             token = _PROFILE_TARGETS.enter(self.target)
             self._stack.callback(_PROFILE_TARGETS.exit, token)
         self._graphs_before = len(compiled_graphs()) if self._graphs_since is None else self._graphs_since
-        from backend.device.timing_only import is_timing_only, timing_only
+        from backend.device.timing_only import is_timing_only, timing_only, values_kept
         if self.timing_only:
             self._stack.enter_context(timing_only())    # tensors made in the block hold no values
         self.profile.meta["timing_only"] = is_timing_only()   # also when the mode was already on
+        self._values_kept = values_kept()
         from backend.distributed import distributed_info
         if (rank_info := distributed_info()) is not None:
             self.profile.meta["distributed"] = rank_info       # the group may be gone by export time
@@ -222,6 +223,10 @@ class ProfileSession:
         stack, self._stack = self._stack, None
         stack.close()
         self.profile.meta["wall_time_s"] = wall
+        from backend.device.timing_only import values_kept
+        kept, before = values_kept(), self._values_kept
+        if kept != before:      # small tensors that kept values in timing-only mode, and ops on them
+            self.profile.meta["timing_only_values"] = {k: kept[k] - before[k] for k in kept}
         graphs = self._graphs()
         trace = self.sink.trace
         if not trace.hbm_timeline:      # the simulator did not track allocations itself

@@ -27,7 +27,7 @@ from .entry_point import BACKEND_NAME
 from .fusion import fuse
 from .graph_log import CompiledGraphInfo, CompiledPartInfo, new_graph
 from .kernels import node_sources
-from .runtime import CompiledPart, place_on_host
+from .runtime import CompiledPart, drop_data_free_twins, place_on_host
 from .state import STATE
 
 __all__ = ["neuron_backend", "register", "is_registered", "prepare_dynamo", "BACKEND_NAME",
@@ -125,6 +125,7 @@ def _compile_part(graph: CompiledGraphInfo, part: str, options: dict,
                   gm: torch.fx.GraphModule, example_inputs) -> CompiledPart:
     with recording.suspended():
         place_on_host(gm)
+        drop_data_free_twins(gm)
         groups = fuse(gm.graph, sbuf_partition_bytes=_sbuf_partition_bytes(options),
                       enabled=options["fusion"])
         forward = graph.parts.get("forward")

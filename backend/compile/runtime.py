@@ -6,6 +6,10 @@ each call then feeds the graph's kernels to every sink, in execution order. With
 the kernels are described once from the tracer's values; with symbolic shapes
 (``dynamic=True`` or automatic dynamic after a recompile) the first call per input-shape
 signature runs under an interpreter that keeps every node's real value to describe them.
+
+In timing-only mode a graph may get host tensors with values (small ones, kept by the mode)
+next to data-free ``meta`` ones. Host kernels do not all reject that mix (a CPU ``mm`` reads a
+meta operand's missing data), so then every input runs as its data-free twin, as eager ops do.
 """
 from __future__ import annotations
 
@@ -21,10 +25,11 @@ from .feed import feed_graph, first_call_done
 from .kernels import ValueCapture, build_kernels, has_symbolic_shapes
 from .graph_log import CompiledPartInfo
 
-__all__ = ["CompiledPart", "place_on_host"]
+__all__ = ["CompiledPart", "place_on_host", "drop_data_free_twins"]
 
 
 _HOST = torch.device("cpu")
+_META = torch.device("meta")
 _COPY = torch.ops.aten._to_copy.default
 
 
@@ -32,6 +37,12 @@ def _host_device(value):
     if isinstance(value, torch.device) and value.type in SIMULATED_DEVICE_TYPES:
         return _HOST
     return value
+
+
+def _mixes_data_free(args) -> bool:
+    """Whether ``args`` hold both data-free (``meta``) tensors and tensors with values."""
+    kinds = {a.is_meta for a in args if isinstance(a, torch.Tensor)}
+    return len(kinds) == 2
 
 
 def place_on_host(gm: fx.GraphModule) -> int:
@@ -60,6 +71,29 @@ def place_on_host(gm: fx.GraphModule) -> int:
         gm.graph.lint()
         gm.recompile()
     return changed
+
+
+def drop_data_free_twins(gm: fx.GraphModule) -> int:
+    """Drop the copies to ``meta`` that tracing a mix of timing-only inputs left in the graph.
+
+    The device runs an op whose tensors mix values and data-free ones on data-free twins of all
+    of them (``x.to("meta")``); traced, each twin is a ``_to_copy`` node that would be timed as a
+    kernel the program does not run. At run time a graph given such a mix runs every input as
+    its twin (``CompiledPart.__call__``), so the copies are not needed. Returns how many went.
+    """
+    dropped = 0
+    for node in list(gm.graph.find_nodes(op="call_function", target=_COPY)):
+        source = node.args[0] if node.args else None
+        src_val = source.meta.get("val") if isinstance(source, fx.Node) else None
+        if (isinstance(src_val, torch.Tensor) and not src_val.is_meta and _copy_device(node).type == "meta"
+                and _is_plain_host_copy(node, source)):
+            node.replace_all_uses_with(source)
+            gm.graph.erase_node(node)
+            dropped += 1
+    if dropped:
+        gm.graph.lint()
+        gm.recompile()
+    return dropped
 
 
 def _copy_device(copy: fx.Node) -> torch.device:
@@ -95,6 +129,8 @@ class CompiledPart:
             info.kernels = self._static
 
     def __call__(self, args: list):
+        if _mixes_data_free(args):
+            args[:] = [a.to(_META) if isinstance(a, torch.Tensor) else a for a in args]
         out = self._run(args)
         return rewrap_device_outputs(out, self._device_outputs) if self._device_outputs else out
 

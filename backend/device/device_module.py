@@ -285,13 +285,14 @@ class DeviceModule:
 
     # -- timing-only mode: process-wide, shared by every simulated device type ---------------
     @staticmethod
-    def timing_only(enabled: bool = True):
-        """``with torch.neuron.timing_only():`` tensors made inside hold no values, only shapes."""
-        return timing_only.timing_only(enabled)
+    def timing_only(enabled: bool = True, *, values_up_to: int | None = None):
+        """``with torch.neuron.timing_only():`` tensors made inside hold no values, only shapes,
+        except those of at most ``values_up_to`` elements (65,536 unless set: masks, ids)."""
+        return timing_only.timing_only(enabled, values_up_to=values_up_to)
 
     @staticmethod
-    def set_timing_only(enabled: bool = True) -> None:
-        timing_only.set_timing_only(enabled)
+    def set_timing_only(enabled: bool = True, *, values_up_to: int | None = None) -> None:
+        timing_only.set_timing_only(enabled, values_up_to=values_up_to)
 
     @staticmethod
     def is_timing_only() -> bool:

@@ -167,7 +167,9 @@ def _dispatch_general(func, args, kwargs):
             host_kwargs[key] = unwrap(value)
     if target is not None:
         if target.type in SIMULATED_DEVICE_TYPES:
-            host_kwargs["device"] = timing_only.host_device(state.inputs)
+            source = state.inputs[0] if state.inputs else None
+            host_kwargs["device"] = timing_only.host_device(
+                state.inputs, *((source.numel(), source.element_size()) if source is not None else ()))
         elif timing_only.has_data_free(state.inputs):
             raise timing_only.no_values_error(f"copying a {state.device} tensor to {target} (.cpu(), .to())")
         else:
@@ -189,8 +191,11 @@ def _execute(func, facts, args, kwargs, host_args, host_kwargs, device, target, 
     """
     if _FREED.any and not facts.is_view:
         _refuse_freed_reads(func, facts, args, kwargs)
+    losing = ()
     if _TIMING.ever_enabled:
-        host_args, host_kwargs = timing_only.unify(func, host_args, host_kwargs)
+        host_args, host_kwargs, losing = timing_only.unify(func, host_args, host_kwargs)
+        if losing:
+            _refuse_host_targets(func, args, kwargs, losing)
     if _FAKE_VALUES.any:
         fake_values.check_read(func, args, host_args, host_kwargs, target)
     try:
@@ -215,6 +220,8 @@ def _execute(func, facts, args, kwargs, host_args, host_kwargs, device, target, 
 
     if _FAKE_VALUES.any:
         fake_values.propagate(func, host_args, host_kwargs, _host_outputs(out))
+    if losing:
+        out = _drop_values(func, out, losing)
     if target is not None:
         device = target if target.type in SIMULATED_DEVICE_TYPES else None
     mutates = facts.mutates
@@ -241,6 +248,29 @@ def _execute(func, facts, args, kwargs, host_args, host_kwargs, device, target, 
             recording.emit(func, args, kwargs, inputs, host_outputs,
                            transfer=_transfer_kind(func, args, device))
     return wrapped
+
+
+def _refuse_host_targets(func, args, kwargs, losing) -> None:
+    """Raise if a data-free result would be written into a host tensor (``cpu_tensor.copy_(t)``):
+    no device dispatch guards its reads, so it cannot be marked as holding no values."""
+    inners = {id(inner) for inner in _inners((*args, *kwargs.values()))}
+    if any(id(target) not in inners for target, _ in losing):
+        raise timing_only.no_values_error(f"{func._schema.name} writing into a host tensor with values")
+
+
+def _drop_values(func, out, losing):
+    """``out`` with the written arguments in place of the data-free twins the op wrote, those
+    arguments marked as holding no values (``timing_only.unify``)."""
+    originals = {id(twin): target for target, twin in losing}
+    for target, twin in losing:
+        if target.shape != twin.shape:          # an out= op resized its output
+            target.resize_(twin.shape)
+    fake_values.drop([target for target, _ in losing], func._schema.name)
+    if isinstance(out, torch.Tensor):
+        return originals.get(id(out), out)
+    if isinstance(out, (tuple, list)):
+        return out.__class__(originals.get(id(o), o) for o in out)
+    return out
 
 
 def _refuse_freed_reads(func, facts, args, kwargs) -> None:

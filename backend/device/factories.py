@@ -13,7 +13,8 @@ from .device_module import reported_device
 from .memory import memory_for
 from .state import STATE
 from .tensor import wrap
-from .timing_only import host_device, is_data_free, no_values_error
+from .timing_only import HOST, META, host_device, is_data_free, no_values_error
+from .timing_only import STATE as TIMING
 
 __all__ = ["register_factories", "unregister_factories"]
 
@@ -33,7 +34,8 @@ def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_f
     device = _device_of(device)
     dtype = dtype or torch.get_default_dtype()
     _precheck(device, prod(size) * dtype.itemsize)
-    host = torch.empty(size, dtype=dtype, device=host_device(), memory_format=memory_format or torch.contiguous_format)
+    host = torch.empty(size, dtype=dtype, device=host_device((), prod(size), dtype.itemsize),
+                       memory_format=memory_format or torch.contiguous_format)
     return wrap(host, device)
 
 
@@ -42,7 +44,7 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
     dtype = dtype or torch.get_default_dtype()
     extent = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
     _precheck(device, extent * dtype.itemsize)
-    return wrap(torch.empty_strided(size, stride, dtype=dtype, device=host_device()), device)
+    return wrap(torch.empty_strided(size, stride, dtype=dtype, device=host_device((), extent, dtype.itemsize)), device)
 
 
 def _copy_from(self, dst, non_blocking=False):
@@ -73,7 +75,11 @@ HOST_FACTORIES = (
 def _host_factory(overload):
     def factory(*args, device=None, **kwargs):
         device = _device_of(device)
-        return wrap(overload(*args, device=host_device(), **kwargs), device)
+        if TIMING.enabled:          # its size first (no values made), to see if it keeps values
+            shape = overload(*args, device=META, **kwargs)
+            host = host_device((), shape.numel(), shape.element_size())
+            return wrap(shape if host == META else overload(*args, device=host, **kwargs), device)
+        return wrap(overload(*args, device=HOST, **kwargs), device)
 
     return factory
 

@@ -1,12 +1,15 @@
-"""Values a fake world's collectives did not compute: reading them raises.
+"""Host values that are not the values the program computed: reading them raises.
 
-One rank of a large fake world (``workbench.distributed.fake_world``) times its collectives but
+Two things leave them. One rank of a large fake world (``workbench.distributed.fake_world``) times its collectives but
 moves no values between ranks, so what a collective leaves in its outputs is this rank's own
 data (an all-reduce of 3.0 over 4 ranks stays 3.0), not what the world would compute. The
 process group marks the host storages of such outputs; every op that reads a marked storage
 marks the storages it writes, so ``loss / world_size`` is marked too; and handing a marked value
 to Python or the host (``.item()``, ``.cpu()``, printing) raises :class:`FakeWorldValueError`,
-as timing-only mode does for tensors without values. A clean overwrite of a whole storage
+as timing-only mode does for tensors without values. And a timing-only result written into a
+tensor with values (``drop``: an optimizer step on real weights with timing-only gradients)
+leaves that tensor's old bytes, which are no longer its values: its storage is marked the same
+way and reads raise :class:`TimingOnlyError`. A clean overwrite of a whole storage
 (``copy_``, ``fill_``, ``zero_``) clears its mark.
 
 Marks live on the host ``UntypedStorage`` objects (PyTorch keeps one Python object per storage
@@ -19,9 +22,9 @@ import torch
 
 from backend.recording import SIMULATED_DEVICE_TYPES
 
-from .timing_only import TimingOnlyError
+from .timing_only import LEAVE_HINT, TimingOnlyError
 
-__all__ = ["STATE", "FakeWorldValueError", "mark", "origin", "error", "check_read", "propagate"]
+__all__ = ["STATE", "FakeWorldValueError", "Origin", "mark", "drop", "origin", "error", "check_read", "propagate"]
 
 aten = torch.ops.aten
 _MARK = "_workbench_fake_world_origin"
@@ -41,27 +44,50 @@ class FakeWorldValueError(TimingOnlyError):
     """An operation needed values that a collective of a fake world did not compute."""
 
 
+class Origin:
+    """What left a storage without its values: ``source`` says what (``str()`` of the origin),
+    ``fake_world`` whether a fake world's collective did (else a timing-only write)."""
+
+    __slots__ = ("source", "fake_world")
+
+    def __init__(self, source: str, fake_world: bool) -> None:
+        self.source, self.fake_world = source, fake_world
+
+    def __str__(self) -> str:
+        return self.source
+
+
 def _storage(host):
     # Tracer tensors (torch.compile's fake and functional tensors) carry no storage to mark.
     return host.untyped_storage() if host.__class__ is torch.Tensor else None
 
 
-def mark(hosts, collective: str, world_size: int) -> None:
-    """Mark the storages of ``hosts`` as written by ``collective`` of a ``world_size`` fake world."""
+def _mark(hosts, source: Origin) -> None:
     for host in hosts:
         storage = _storage(host)
         if storage is not None:
-            setattr(storage, _MARK, f"{collective} of a {world_size}-rank fake world")
+            setattr(storage, _MARK, source)
             STATE.any = True
 
 
-def origin(host) -> str | None:
+def mark(hosts, collective: str, world_size: int) -> None:
+    """Mark the storages of ``hosts`` as written by ``collective`` of a ``world_size`` fake world."""
+    _mark(hosts, Origin(f"{collective} of a {world_size}-rank fake world", fake_world=True))
+
+
+def drop(hosts, op: str) -> None:
+    """Mark the storages of ``hosts`` as having lost their values to ``op`` writing a timing-only
+    result into them."""
+    _mark(hosts, Origin(f"{op} writing a timing-only result", fake_world=False))
+
+
+def origin(host) -> Origin | None:
     """The collective whose missing values ``host`` holds, or None."""
     storage = _storage(host) if isinstance(host, torch.Tensor) else None
     return None if storage is None else getattr(storage, _MARK, None)
 
 
-def _first_origin(values) -> str | None:
+def _first_origin(values) -> Origin | None:
     for v in values:
         if isinstance(v, torch.Tensor):
             found = origin(v)
@@ -74,7 +100,11 @@ def _first_origin(values) -> str | None:
     return None
 
 
-def error(what: str, source: str) -> FakeWorldValueError:
+def error(what: str, source: Origin) -> TimingOnlyError:
+    if not source.fake_world:
+        return TimingOnlyError(
+            f"{what} needs the values of a tensor that lost them to {source}: it holds stale "
+            f"bytes, not values (tensors computed from timing-only tensors hold none); {LEAVE_HINT}.")
     return FakeWorldValueError(
         f"{what} needs values computed by {source}, which moves no values between ranks: the "
         f"tensor holds this rank's own data, not the world's result. A fake world times "

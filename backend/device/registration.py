@@ -27,7 +27,7 @@ def register() -> None:
         return
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-    from . import autocast, neuron_module
+    from . import autocast, data_free_init, neuron_module
     from .export_dims import install_export_dims
     from .factories import register_factories
     from .generator import install_generator
@@ -53,4 +53,5 @@ def register() -> None:
     install_generator()
     register_pinned_memory()
     install_export_dims()
+    data_free_init.install()
     STATE.registered = True

@@ -7,10 +7,20 @@ times exactly the same programs, while host memory does not grow with the model.
 HBM books still count each storage's bytes, so a model that does not fit the simulated HBM
 raises the device's out-of-memory error as it would with values.
 
-The switch decides where *new* tensors are born (factories, host-to-device copies, ``.to``);
-an op on a data-free tensor yields data-free results whether or not the mode is still on.
-What needs values (``.item()``, printing, ``.cpu()``, ``.numpy()``, data-dependent shapes
-such as ``nonzero`` or boolean masks) raises :class:`TimingOnlyError`.
+The rule for values (docs/numerics.md, "Timing-only mode"):
+- A new device tensor of at most ``values_up_to`` elements (default 65,536) keeps its values,
+  computed on the host as without the mode: masks, position ids, token ids, scalars. Programs
+  read such tensors to decide what to do (``mask.all()``, ``.item()``); their values are exact,
+  so the path taken is the path the program takes with values. Each is counted
+  (``values_kept()``) and reported in the profile.
+- A larger new tensor is data-free, and so is every result computed from a data-free tensor,
+  whether or not the mode is still on.
+- Writing a data-free result into a tensor with values (an optimizer step on real weights with
+  timing-only gradients, DDP copying a timing-only gradient into its bucket) drops the target's
+  values: its storage is marked (``fake_values``), and reading it or anything computed from it
+  raises. Nothing holds values that are not the program's.
+What needs values a tensor lacks (``.item()``, printing, ``.cpu()``, ``.numpy()``,
+data-dependent shapes such as ``nonzero`` or boolean masks) raises :class:`TimingOnlyError`.
 """
 from __future__ import annotations
 
@@ -19,7 +29,7 @@ import contextlib
 import torch
 
 __all__ = ["TimingOnlyState", "STATE", "TimingOnlyError", "timing_only", "set_timing_only", "is_timing_only",
-           "host_device", "is_data_free", "has_data_free", "to_data_free", "no_values_error", "unify",
+           "values_kept", "DEFAULT_VALUES_UP_TO", "host_device", "is_data_free", "has_data_free", "to_data_free", "no_values_error", "unify",
            "check_decomposable", "check_value_reader",
            "LEAVE_HINT"]
 
@@ -29,25 +39,37 @@ LEAVE_HINT = ("leave timing-only mode (torch.neuron.set_timing_only(False), or r
               "`with torch.neuron.timing_only():`) and create the tensors again to compute values")
 
 
+# Masks and position ids of a batch (64 x 512 tokens: 32,768) keep values; weights, activations
+# and images do not (a 768 x 768 weight has 589,824 elements).
+DEFAULT_VALUES_UP_TO = 65536
+
+
 class TimingOnlyState:
     """Whether new device tensors are born without values, process-wide. ``enabled`` is a
     plain attribute because the factories read it on every allocation."""
 
-    __slots__ = ("enabled", "ever_enabled")
+    __slots__ = ("enabled", "ever_enabled", "values_up_to", "kept_tensors", "kept_bytes", "valued_ops")
 
     def __init__(self) -> None:
         self.enabled = False
         # Whether data-free tensors may exist: until then the device skips the per-op check
         # for a mix of tensors with and without values (host kernels do not all reject a mix).
         self.ever_enabled = False
+        self.values_up_to = DEFAULT_VALUES_UP_TO   # elements a new tensor may have and keep values
+        # Counted while the mode is on: tensors born with values, their bytes, and ops that
+        # computed values on the host.
+        self.kept_tensors = self.kept_bytes = self.valued_ops = 0
 
-    def set(self, enabled: bool) -> None:
+    def set(self, enabled: bool, values_up_to: int | None = None) -> None:
+        if values_up_to is not None:
+            if isinstance(values_up_to, bool) or not isinstance(values_up_to, int) or values_up_to < 0:
+                raise ValueError(f"values_up_to must be a number of elements >= 0, got {values_up_to!r}")
+            self.values_up_to = values_up_to
         self.enabled = bool(enabled)
         self.ever_enabled = self.ever_enabled or self.enabled
 
     def reset(self) -> None:
-        self.enabled = False
-        self.ever_enabled = False
+        self.__init__()
 
 
 STATE = TimingOnlyState()
@@ -57,9 +79,13 @@ class TimingOnlyError(RuntimeError):
     """An operation needed the values of a tensor created in timing-only mode."""
 
 
-def set_timing_only(enabled: bool = True) -> None:
-    """Make new device tensors data-free (True) or hold host values again (False)."""
-    STATE.set(enabled)
+def set_timing_only(enabled: bool = True, *, values_up_to: int | None = None) -> None:
+    """Make new device tensors data-free (True) or hold host values again (False).
+
+    ``values_up_to``: new tensors of at most this many elements keep their values (masks,
+    position ids, scalars; 0 keeps none); None leaves the limit as it is (65,536 at start).
+    """
+    STATE.set(enabled, values_up_to)
 
 
 def is_timing_only() -> bool:
@@ -67,21 +93,34 @@ def is_timing_only() -> bool:
 
 
 @contextlib.contextmanager
-def timing_only(enabled: bool = True):
-    """``with torch.neuron.timing_only():`` tensors (and parameters) made inside hold no values."""
-    previous = STATE.enabled
-    STATE.set(enabled)
+def timing_only(enabled: bool = True, *, values_up_to: int | None = None):
+    """``with torch.neuron.timing_only():`` tensors (and parameters) made inside hold no values,
+    except small ones (at most ``values_up_to`` elements, see :func:`set_timing_only`)."""
+    previous = STATE.enabled, STATE.values_up_to
+    STATE.set(enabled, values_up_to)
     try:
         yield
     finally:
-        STATE.set(previous)
+        STATE.set(*previous)
 
 
-def host_device(host_inputs=()) -> torch.device:
-    """Where the host side of a new device tensor lives: ``meta`` in the mode, or when it is
-    computed from data-free tensors; the CPU otherwise."""
-    if STATE.enabled or has_data_free(host_inputs):
+def values_kept() -> dict:
+    """What kept values while the mode was on: ``tensors`` born with values (and their
+    ``bytes``), ``ops`` that computed values on the host. Counts since the process started."""
+    return {"tensors": STATE.kept_tensors, "bytes": STATE.kept_bytes, "ops": STATE.valued_ops}
+
+
+def host_device(host_inputs=(), numel: int | None = None, itemsize: int = 0) -> torch.device:
+    """Where the host side of a new device tensor of ``numel`` elements lives: ``meta`` when it is
+    computed from data-free tensors, or in the mode unless it is small (None: its size is not
+    known, so it is not small); the CPU otherwise."""
+    if has_data_free(host_inputs):
         return META
+    if STATE.enabled:
+        if numel is None or numel > STATE.values_up_to:
+            return META
+        STATE.kept_tensors += 1
+        STATE.kept_bytes += numel * itemsize
     return HOST
 
 
@@ -160,22 +199,31 @@ def _written(func) -> list:
 
 
 def unify(func, host_args, host_kwargs):
-    """The host arguments with every tensor data-free if any of them is, else as they were.
+    """The host arguments with every tensor data-free if any of them is, else as they were;
+    and the arguments ``func`` writes that hold values and so lose them: (argument, its
+    data-free twin the op writes instead) pairs.
 
     Host kernels do not all reject a mix of meta and CPU tensors (a CPU ``mm`` reads a meta
     operand's missing data), so a mix never reaches them: an input made with values before the
-    mode meets data-free weights as its data-free twin. Writing data-free results into a
-    tensor with values is refused: it would be left holding garbage.
+    mode meets data-free weights as its data-free twin. A written argument with values gets
+    no values from a data-free result: the caller marks it as holding none
+    (``fake_values.drop``).
     """
     tensors = list(_flat_tensors((*host_args, *host_kwargs.values())))
     metas = sum(t.is_meta for t in tensors)
-    if metas == 0 or metas == len(tensors):
-        return host_args, host_kwargs
+    if metas == 0:
+        if STATE.enabled and tensors:
+            STATE.valued_ops += 1
+        return host_args, host_kwargs, ()
+    if metas == len(tensors):
+        return host_args, host_kwargs, ()
+    free_args, free_kwargs = to_data_free(host_args), {k: to_data_free(v) for k, v in host_kwargs.items()}
+    losing = []
     for i, name in _written(func):
-        target = host_args[i] if i < len(host_args) else host_kwargs.get(name)
-        if isinstance(target, torch.Tensor) and not target.is_meta:
-            raise no_values_error(f"{func._schema.name} writing into a tensor with values")
-    return to_data_free(host_args), {k: to_data_free(v) for k, v in host_kwargs.items()}
+        target, twin = (host_args[i], free_args[i]) if i < len(host_args) else \
+            (host_kwargs.get(name), free_kwargs.get(name))
+        losing += [(t, w) for t, w in zip(_flat_tensors((target,)), _flat_tensors((twin,))) if not t.is_meta]
+    return free_args, free_kwargs, losing
 
 
 def _flat_tensors(values):

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from backend.device import fake_values
+from backend.device.timing_only import has_data_free
 
 from .dependencies import report_wait
 from .reporting import host_tensors, report_collective
@@ -105,9 +106,15 @@ class NeuronProcessGroup(dist.ProcessGroup):
         index = None
         if in_device or out_device:
             index = report_collective(collective, nbytes, self.size(), self.topology, inputs=host_in, outputs=host_out)
-        work = issue(host_in, host_out)
-        if self.fake and host_out and root != self.rank():
-            self._mark_fake(collective, host_out, on_device=in_device or out_device)
+        if has_data_free(host_in) or has_data_free(host_out):
+            # Timing-only tensors: no values to move (every rank runs the same program, so all
+            # skip alike). Outputs that held values hold stale bytes now: marked as holding none.
+            work = None
+            fake_values.drop([t for t in host_out if not t.is_meta], collective)
+        else:
+            work = issue(host_in, host_out)
+            if self.fake and host_out and root != self.rank():
+                self._mark_fake(collective, host_out, on_device=in_device or out_device)
         return DeviceWork(work, list(outputs), index)
 
     def _mark_fake(self, collective: str, host_out, on_device: bool) -> None:

@@ -270,7 +270,7 @@ def test_program_without_device_inputs():
 
 def test_timing_only_factory_writes_stay_data_free():
     fn, _, _ = PROGRAMS["slice assignment"]
-    with torch.neuron.timing_only():
+    with torch.neuron.timing_only(values_up_to=0):       # no tensor keeps values for being small
         x = torch.randn(4, device="neuron")
         got, eager = _compiled(fn)(x), fn(x)
     assert got.device == eager.device and got.shape == eager.shape

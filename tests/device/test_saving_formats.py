@@ -54,7 +54,7 @@ def test_a_freed_storage_reports_no_bytes_and_no_address_until_reallocated(neuro
 
 def test_a_timing_only_tensor_still_has_no_address(neuron):
     with torch.neuron.timing_only():
-        t = torch.empty(4, device=neuron)
+        t = torch.empty(2**17, device=neuron)     # above the size that keeps values
     with pytest.raises(RuntimeError):
         t.untyped_storage().data_ptr()
 

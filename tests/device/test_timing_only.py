@@ -11,7 +11,7 @@ import workbench as wb
 from backend import recording
 from backend.device.cuda_emulation import disable, emulate_cuda
 from backend.device.tensor import DeviceTensor
-from backend.device.timing_only import STATE, TimingOnlyError
+from backend.device.timing_only import DEFAULT_VALUES_UP_TO, STATE, TimingOnlyError
 from backend.sim.presets import derive
 
 GiB = 1 << 30
@@ -20,6 +20,9 @@ GiB = 1 << 30
 @pytest.fixture(autouse=True)
 def _fresh(neuron):
     STATE.reset()
+    # These tests check data-free tensors themselves, on small ones too: no tensor keeps values
+    # for being small (that rule: test_timing_only_values.py).
+    STATE.values_up_to = 0
     yield
     STATE.reset()
     disable()
@@ -75,10 +78,11 @@ def small_cnn():
     return net, (4, 3, 16, 16)
 
 
-def _step(build, timing_only, compile_=False):
-    """Build the model and its input on neuron, run forward + backward under a profile."""
+def _step(build, timing_only, compile_=False, values_up_to=0):
+    """Build the model and its input on neuron, run forward + backward under a profile
+    (``values_up_to``: the elements a tensor may have and keep values in the mode)."""
     torch.manual_seed(0)
-    with torch.device("neuron"), torch.neuron.timing_only(timing_only):
+    with torch.device("neuron"), torch.neuron.timing_only(timing_only, values_up_to=values_up_to):
         model, shape = build()
         x = torch.randn(shape)
     run = torch.compile(model, backend="neuron") if compile_ else model
@@ -88,20 +92,24 @@ def _step(build, timing_only, compile_=False):
     return prof, sink.records
 
 
+@pytest.mark.parametrize("values_up_to", [0, DEFAULT_VALUES_UP_TO])
 @pytest.mark.parametrize("build", [gpt2_block, bert_layer, small_cnn])
-def test_identical_traces_with_and_without_values(build):
+def test_identical_traces_with_and_without_values(build, values_up_to):
     with_values, records = _step(build, timing_only=False)
-    data_free, data_free_records = _step(build, timing_only=True)
+    data_free, data_free_records = _step(build, timing_only=True, values_up_to=values_up_to)
     assert records and data_free_records == records
     assert [(op.name, op.start_ns, op.end_ns) for op in data_free.trace.ops] == \
         [(op.name, op.start_ns, op.end_ns) for op in with_values.trace.ops]
     assert data_free.summary["total_time"] == with_values.summary["total_time"]
 
 
-def test_compiled_block_times_identically():
+@pytest.mark.parametrize("values_up_to", [0, DEFAULT_VALUES_UP_TO])
+def test_compiled_block_times_identically(values_up_to):
+    """Also when small parameters keep values next to data-free ones: the graph then runs on
+    data-free twins of all its inputs, and the twins are not timed as copies."""
     torch._dynamo.reset()
     with_values, _ = _step(bert_layer, timing_only=False, compile_=True)
-    data_free, _ = _step(bert_layer, timing_only=True, compile_=True)
+    data_free, _ = _step(bert_layer, timing_only=True, compile_=True, values_up_to=values_up_to)
     names = [op.name for op in with_values.trace.ops]
     assert any(name.startswith("k") for name in names)        # fused kernels ran
     assert [op.name for op in data_free.trace.ops] == names
@@ -209,10 +217,16 @@ def test_repr_says_there_are_no_values():
         "tensor(<no values: timing-only>, size=(2, 3), device='neuron:0', dtype=torch.float32)"
 
 
-def test_writing_data_free_results_into_a_tensor_with_values_is_refused():
+def test_writing_a_data_free_result_into_a_tensor_with_values_drops_its_values():
     x = torch.zeros(4, 4, device="neuron")
-    with pytest.raises(TimingOnlyError, match="writing into a tensor with values"):
-        x.add_(_data_free(4, 4))
+    view = x[1:]
+    assert x.add_(_data_free(4, 4)) is x
+    for lost in (x, view, view * 2, x.sum()):
+        with pytest.raises(TimingOnlyError, match="lost them to aten::add_ writing a timing-only result"):
+            lost.tolist()
+    assert "no values: written by aten::add_" in repr(x)
+    x.fill_(3.0)                                     # a clean overwrite gives it values again
+    assert x.sum().item() == 48.0
 
 
 def test_a_shape_error_stays_a_shape_error():

@@ -1,5 +1,7 @@
 """DDP and FSDP2 wrap a timing-only model on one rank of a fake world: construction reads no
-values, and a step shows the wrapper's collectives priced on the topology."""
+values, and a step shows the wrapper's collectives priced on the topology. A model with values
+fed a timing-only batch steps too: its gradients, and the weights an update writes them into,
+are left holding no values."""
 import pytest
 import torch
 import torch.distributed as dist
@@ -62,3 +64,19 @@ def test_ddp_in_a_fake_world_with_values_still_trains(world_64):
     ddp = DistributedDataParallel(model)
     ddp(torch.randn(16, WIDTH, device="neuron")).sum().backward()
     assert model[0].weight.grad.shape == (WIDTH, WIDTH)
+
+
+def test_ddp_with_real_weights_steps_on_a_timing_only_batch(world_64):
+    model = _model()
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    with torch.neuron.timing_only():
+        x = torch.randn(256, WIDTH, device="neuron")
+    with wb.profile() as prof:
+        ddp(x).sum().backward()            # DDP copies each gradient into its bucket (aten::mul)
+        opt.step()
+    assert _collectives(prof) == ["all_reduce"]
+    for p in model.parameters():
+        assert p.grad._inner.is_meta
+        with pytest.raises(TimingOnlyError, match="writing a timing-only result"):
+            p.sum().item()
