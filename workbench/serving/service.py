@@ -9,6 +9,12 @@ Iteration costs come from the model itself (``IterationCosts``: timing-only forw
 lowering and simulator, cached per model, target, tp and grid); the request-level simulation is
 ``backend.sim.serving``. The KV cache gets what vLLM gives it: ``gpu_memory_utilization`` of the
 device's memory minus the device's share of the weights and the activations of the largest batch.
+
+An encoder-decoder config (Whisper's) serves speech: each request's audio is cut into the
+encoder's 30 s windows (``audio_windows``: one request per window, as vLLM's transcription
+endpoint does), each window runs the encoder once on admission and holds its cross-attention
+K/V in the KV cache (``EncoderDecoderCosts``); the summary adds ``audio_seconds_per_s`` and
+``usd_per_audio_hour``.
 """
 from __future__ import annotations
 
@@ -22,11 +28,12 @@ import torch
 
 from backend.sim.presets import get_target
 from backend.sim.pricing import price
-from backend.sim.serving import (SchedulerConfig, kv_bytes_per_token, num_kv_blocks, poisson_requests, simulate,
-                                 summarize, trace_requests)
+from backend.sim.serving import (SchedulerConfig, audio_windows, kv_bytes_per_token, num_kv_blocks, poisson_requests,
+                                 simulate, summarize, trace_requests)
 from backend.sim.serving.requests import Request
+from workbench.serving.encoder_decoder import EncoderDecoderCosts, is_encoder_decoder
 from workbench.serving.iteration_costs import IterationCosts
-from workbench.serving.model_shapes import ModelShape, _config_of, model_shape
+from workbench.serving.model_shapes import ModelShape, _config_of
 
 __all__ = ["serve", "ServingResult", "iteration_costs", "activation_bytes"]
 
@@ -42,6 +49,7 @@ class ServingResult:
     timeline: pd.DataFrame
     interpolation: pd.DataFrame = field(default_factory=pd.DataFrame)
     label: str = ""
+    bands: pd.DataFrame = field(default_factory=pd.DataFrame)   # per iteration kind, with serve(band=True)
 
     def figures(self) -> dict:
         from workbench.figures.serving import kv_occupancy_figure, latency_cdf_figure
@@ -76,15 +84,20 @@ def _model_len(reqs: list[Request]) -> int:
     return max(256, 1 << math.ceil(math.log2(longest)))
 
 
-def iteration_costs(model_or_config, target: str, tp: int, config: SchedulerConfig) -> IterationCosts:
-    """The (cached) iteration costs of a model on ``target`` for ``config``'s batch shapes."""
+def iteration_costs(model_or_config, target: str, tp: int, config: SchedulerConfig):
+    """The (cached) iteration costs of a model on ``target`` for ``config``'s batch shapes:
+    ``IterationCosts`` for a causal LM, ``EncoderDecoderCosts`` for a Whisper-style model."""
     model_config = _config_of(model_or_config)
     key = (model_config.to_json_string(), get_target(target).name, tp, config.max_num_seqs, config.token_budget,
-           config.max_model_len, config.enable_chunked_prefill)
+           config.max_model_len, config.enable_chunked_prefill, config.encoder_budget)
     if key not in _COSTS:
-        _COSTS[key] = IterationCosts(model_config, target, tp=tp, max_num_seqs=config.max_num_seqs,
-                                     token_budget=config.token_budget, max_model_len=config.max_model_len,
-                                     chunked_prefill=config.enable_chunked_prefill)
+        if is_encoder_decoder(model_config):
+            _COSTS[key] = EncoderDecoderCosts(model_config, target, tp=tp, max_num_seqs=config.max_num_seqs,
+                                              max_model_len=config.max_model_len, encoder_budget=config.encoder_budget)
+        else:
+            _COSTS[key] = IterationCosts(model_config, target, tp=tp, max_num_seqs=config.max_num_seqs,
+                                         token_budget=config.token_budget, max_model_len=config.max_model_len,
+                                         chunked_prefill=config.enable_chunked_prefill)
     return _COSTS[key].build()
 
 
@@ -102,43 +115,67 @@ def _prices(summary: dict, target: str, devices: int) -> dict:
 
 def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, replicas: int = 1,
           scheduler: str | SchedulerConfig = "vllm", slo=None, gpu_memory_utilization: float = 0.9,
-          num_gpu_blocks: int | None = None, check: bool = True, **scheduler_options) -> ServingResult:
+          num_gpu_blocks: int | None = None, check: bool = True, band: bool = False,
+          **scheduler_options) -> ServingResult:
     """Serve ``requests`` with ``model_or_config`` (a Hugging Face causal LM or its config) on
     ``replicas`` replicas of ``tp`` devices of ``target``.
 
     ``requests``: a list of ``Request``, a trace (rows or a DataFrame with ``arrival_s``,
-    ``prompt_tokens``, ``output_tokens`` and optionally ``audio_s``) or a dict of
-    ``poisson_requests`` arguments. ``scheduler``: ``"vllm"`` (continuous batching),
+    ``prompt_tokens``, ``output_tokens`` and optionally ``audio_s`` / ``audio_seconds``) or a dict
+    of ``poisson_requests`` arguments. A Whisper-style config (``WhisperConfig``) serves speech:
+    requests carry audio seconds (``wb.serving.speech_requests``), one row per 30 s window in
+    ``.requests``. ``scheduler``: ``"vllm"`` (continuous batching),
     ``"sarathi"`` (chunked prefill) or a ``SchedulerConfig``; ``scheduler_options`` are vLLM's
     names (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``, ``watermark``,
     ``max_model_len``). ``slo``: ``{"ttft_s": ..., "tpot_s": ..., "e2e_s": ...}`` for goodput.
     ``check``: compare the interpolated iteration costs with direct simulation (``.interpolation``).
+    ``band``: error bands, as profiles have them (``workbench.serving.bands``): the summary gains
+    ``<metric>_low`` / ``<metric>_high`` for latencies, throughputs and prices, ``.bands`` one row
+    per iteration kind (seconds on GPU / TPU targets, about a minute per iteration kind on trn).
     """
     started = time.perf_counter()
     reqs = _requests(requests)
     if not reqs:
         raise ValueError("serve() needs at least one request")
+    model_config = _config_of(model_or_config)
+    speech = is_encoder_decoder(model_config)
     if isinstance(scheduler, str):
-        scheduler_options.setdefault("max_model_len", _model_len(reqs))
+        scheduler_options.setdefault("max_model_len", model_config.max_target_positions if speech else _model_len(reqs))
         config = SchedulerConfig.named(scheduler, **scheduler_options)
     elif scheduler_options:
         raise TypeError(f"serve() got scheduler options {sorted(scheduler_options)} and a SchedulerConfig; "
                         "put them in the SchedulerConfig")
     else:
         config = scheduler
+    if speech and config.enable_chunked_prefill:
+        raise ValueError("chunked prefill is not supported for encoder-decoder models (as in vLLM); "
+                         "use scheduler='vllm'")
     costs = iteration_costs(model_or_config, target, tp, config)
-    shape = costs.shape
+    shape, batch_tokens = costs.shape, config.token_budget
+    if speech:
+        reqs = audio_windows(reqs, costs.window_s, costs.encoder_tokens)
+        batch_tokens = max(config.encoder_budget, costs.encoder_tokens)      # the encoder's largest pass
     if num_gpu_blocks is None:
         weights = shape.num_params * shape.dtype_bytes / tp
         num_gpu_blocks = num_kv_blocks(get_target(target).hbm_bytes, weights,
-                                       activation_bytes(shape, tp, config.token_budget, config.max_num_seqs),
+                                       activation_bytes(shape, tp, batch_tokens, config.max_num_seqs),
                                        kv_bytes_per_token(shape.num_layers, shape.num_kv_heads, shape.head_dim,
                                                           shape.dtype_bytes, tp),
                                        config.block_size, gpu_memory_utilization)
     run = simulate(reqs, costs, num_gpu_blocks=num_gpu_blocks, scheduler=config, replicas=replicas)
     summary = summarize(run, slo)
-    summary.update(_prices(summary, costs.target, tp * replicas))
+    prices = lambda found: _prices(found, costs.target, tp * replicas)
+    summary.update(prices(summary))
+    bands = pd.DataFrame()
+    if band:
+        from workbench.serving.bands import banded_summary
+        summary, bands = banded_summary(costs, model_config, reqs, summary, num_gpu_blocks=num_gpu_blocks,
+                                        scheduler=config, replicas=replicas, slo=slo, prices=prices)
+    timeline = pd.DataFrame(run.iteration_records())
+    if speech:        # the encoder's part of each pass: what the admissions cost
+        timeline["encoder_s"] = [costs.encoder_s(t // costs.encoder_tokens) for t in timeline["encoder_tokens"]]
     summary.update({"target": costs.target, "tp": tp, "replicas": replicas,
+                    "model_kind": "encoder-decoder" if speech else "causal-lm",
                     "scheduler": "chunked_prefill" if config.enable_chunked_prefill else "continuous_batching",
                     "num_gpu_blocks": num_gpu_blocks, "kv_cache_tokens": num_gpu_blocks * config.block_size,
                     "slo": json.dumps(dict(slo or {})), "iteration_shapes_measured": len(costs.measurements),
@@ -146,5 +183,5 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
     interpolation = pd.DataFrame(costs.check()) if check else pd.DataFrame()
     if check:
         summary["interpolation_error_max_percent"] = float(interpolation["error_percent"].abs().max())
-    return ServingResult(summary, pd.DataFrame(run.request_records()), pd.DataFrame(run.iteration_records()),
-                         interpolation, f"{costs.target} tp{tp} x{replicas}")
+    return ServingResult(summary, pd.DataFrame(run.request_records()), timeline, interpolation,
+                         f"{costs.target} tp{tp} x{replicas}", bands)
