@@ -60,3 +60,9 @@ def test_kv_cache_holds_decoder_layers_of_self_and_cross_attention(trace):
 def test_encoder_decoder_refuses_chunked_prefill(trace):
     with pytest.raises(ValueError, match="chunked prefill is not supported for encoder-decoder"):
         wb.serve(TINY, trace, target="h100", scheduler="sarathi")
+
+
+def test_a_trace_of_arrivals_and_audio_alone():
+    from workbench.serving.service import _requests
+    reqs = _requests(pd.DataFrame({"arrival_s": [0.0, 2.0], "audio_seconds": [10.0, 0.1]}), speech=True)
+    assert [(r.prompt_tokens, r.output_tokens, r.audio_s) for r in reqs] == [(4, 33, 10.0), (4, 1, 0.1)]

@@ -28,7 +28,7 @@ import torch
 
 from backend.sim.presets import get_target
 from backend.sim.pricing import price
-from backend.sim.serving import (SchedulerConfig, audio_windows, kv_bytes_per_token, num_kv_blocks, poisson_requests,
+from backend.sim.serving import (TRANSCRIPT_TOKENS_PER_AUDIO_S, SchedulerConfig, audio_windows, kv_bytes_per_token, num_kv_blocks, poisson_requests,
                                  simulate, summarize, trace_requests)
 from backend.sim.serving.requests import Request
 from workbench.serving.encoder_decoder import EncoderDecoderCosts, is_encoder_decoder
@@ -70,13 +70,27 @@ def activation_bytes(shape: ModelShape, tp: int, token_budget: int, max_num_seqs
     return per_token * token_budget * shape.dtype_bytes + max_num_seqs * shape.vocab_size / tp * 4
 
 
-def _requests(requests) -> list[Request]:
+def _requests(requests, speech: bool = False) -> list[Request]:
     if isinstance(requests, dict):
         return poisson_requests(**requests)
     rows = list(requests) if not hasattr(requests, "to_dict") else requests
     if not hasattr(rows, "to_dict") and rows and isinstance(rows[0], Request):
         return rows
+    if speech and hasattr(rows, "to_dict"):
+        rows = _speech_trace(rows)
     return trace_requests(rows)
+
+
+def _speech_trace(frame: pd.DataFrame) -> pd.DataFrame:
+    """A speech trace may give only arrivals and audio: the decoder prompt is then Whisper's four
+    task tokens and the transcript ``TRANSCRIPT_TOKENS_PER_AUDIO_S`` tokens per second of audio."""
+    frame = frame.copy()
+    audio = frame["audio_s"] if "audio_s" in frame else frame.get("audio_seconds")
+    if "prompt_tokens" not in frame:
+        frame["prompt_tokens"] = 4
+    if "output_tokens" not in frame and audio is not None:
+        frame["output_tokens"] = (audio * TRANSCRIPT_TOKENS_PER_AUDIO_S).round().clip(lower=1).astype(int)
+    return frame
 
 
 def _model_len(reqs: list[Request]) -> int:
@@ -123,8 +137,9 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
     ``requests``: a list of ``Request``, a trace (rows or a DataFrame with ``arrival_s``,
     ``prompt_tokens``, ``output_tokens`` and optionally ``audio_s`` / ``audio_seconds``) or a dict
     of ``poisson_requests`` arguments. A Whisper-style config (``WhisperConfig``) serves speech:
-    requests carry audio seconds (``wb.serving.speech_requests``), one row per 30 s window in
-    ``.requests``. ``scheduler``: ``"vllm"`` (continuous batching),
+    requests carry audio seconds (``wb.serving.speech_requests``, or a trace whose missing
+    ``prompt_tokens`` / ``output_tokens`` default to Whisper's 4 task tokens and 3.3 transcript
+    tokens per audio second), one row per 30 s window in ``.requests``. ``scheduler``: ``"vllm"`` (continuous batching),
     ``"sarathi"`` (chunked prefill) or a ``SchedulerConfig``; ``scheduler_options`` are vLLM's
     names (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``, ``watermark``,
     ``max_model_len``). ``slo``: ``{"ttft_s": ..., "tpot_s": ..., "e2e_s": ...}`` for goodput.
@@ -134,11 +149,11 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
     per iteration kind (seconds on GPU / TPU targets, about a minute per iteration kind on trn).
     """
     started = time.perf_counter()
-    reqs = _requests(requests)
-    if not reqs:
-        raise ValueError("serve() needs at least one request")
     model_config = _config_of(model_or_config)
     speech = is_encoder_decoder(model_config)
+    reqs = _requests(requests, speech)
+    if not reqs:
+        raise ValueError("serve() needs at least one request")
     if isinstance(scheduler, str):
         scheduler_options.setdefault("max_model_len", model_config.max_target_positions if speech else _model_len(reqs))
         config = SchedulerConfig.named(scheduler, **scheduler_options)
