@@ -58,6 +58,8 @@ class ServingResult:
     def _repr_html_(self) -> str:
         keys = ("target", "tp", "replicas", "ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "itl_p99_s",
                 "throughput_tokens_per_s", "goodput_requests_per_s", "usd_per_1m_tokens")
+        if self.summary.get("model_kind") == "encoder-decoder":
+            keys += ("audio_seconds_per_s", "usd_per_audio_hour")
         return pd.DataFrame([{k: self.summary.get(k) for k in keys}]).to_html(index=False)
 
 
@@ -187,8 +189,11 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
         summary, bands = banded_summary(costs, model_config, reqs, summary, num_gpu_blocks=num_gpu_blocks,
                                         scheduler=config, replicas=replicas, slo=slo, prices=prices)
     timeline = pd.DataFrame(run.iteration_records())
-    if speech:        # the encoder's part of each pass: what the admissions cost
-        timeline["encoder_s"] = [costs.encoder_s(t // costs.encoder_tokens) for t in timeline["encoder_tokens"]]
+    if speech:        # the encoder's and the all-reduces' parts of each pass
+        windows = timeline["encoder_tokens"] // costs.encoder_tokens
+        timeline["encoder_s"] = [costs.encoder_s(w) for w in windows]
+        timeline["communication_s"] = [costs.communication_s(w, p, d) for w, p, d in
+                                       zip(windows, timeline["prefill_tokens"], timeline["decode_tokens"])]
     summary.update({"target": costs.target, "tp": tp, "replicas": replicas,
                     "model_kind": "encoder-decoder" if speech else "causal-lm",
                     "scheduler": "chunked_prefill" if config.enable_chunked_prefill else "continuous_batching",
