@@ -107,20 +107,20 @@ def serving_rows() -> list[Row]:
 
 def _jetstream_row() -> Row:
     """Llama-3-8B bf16 on a TPU v5e-8 under JetStream: 2,000 ShareGPT prompts at once, 128 decode
-    slots of a 2,048-token cache, TP over the 8 chips; output tokens per second of the whole run,
+    slots of a static 2,048-token cache each (jetstream_pt/cache_manager.py: a dense per-slot cache
+    that attention reads whole), TP over the 8 chips; output tokens per second of the whole run,
     compared as time per output token (published: 1 / 8,249 s)."""
     import workbench as wb
     from transformers import LlamaConfig
     llama3_8b = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                             num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0)
     s = wb.serve(llama3_8b, sharegpt_like_requests(2000), target="v5e", tp=8, max_num_seqs=128, max_model_len=2048,
-                 check=False).summary
+                 kv_cache="static", check=False).summary
     note = (_JETSTREAM + "; ShareGPT approximated by log-normal prompt/output lengths (sigma 1) with its filtered "
-            "means (231 / 195 tokens, Llama-3 tokenizer). Faster than published because two mechanisms of that "
-            "engine are not modelled: its decode slots hold a dense 2,048-position cache each "
-            "(jetstream_pt/cache_manager.py KVCacheGenerate) that attention reads whole every step, where the "
-            "simulation's paged attention reads each sequence's own context; and its orchestrator prefills one "
-            "prompt per pass, padded to a power-of-two bucket, where the simulation batches prefills as vLLM does")
+            "means (231 / 195 tokens, Llama-3 tokenizer); kv_cache='static': each decode slot holds 2,048 positions "
+            "that attention reads whole (jetstream_pt/cache_manager.py KVCacheGenerate). Not modelled: JetStream's "
+            "orchestrator prefills one prompt per pass, padded to a power-of-two bucket, where the simulation "
+            "batches prefills as vLLM does")
     return Row("Llama-3-8B bf16 JetStream b128 ShareGPT 2,000 (TPU v5e-8) time per output token",
                1e9 / s["throughput_tokens_per_s"], 1e9 / 8249.0, None, note)
 

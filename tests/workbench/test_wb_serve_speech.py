@@ -45,6 +45,7 @@ def test_serve_tiny_whisper(target, trace):
     # per window: one block for the prompt, 1,500 / 16 -> 94 blocks of cross-attention K/V
     assert first["kv_blocks_used"] == 2 * (1 + 94)
     assert result.timeline["encoder_tokens"].sum() == 5 * 1500          # each window's encoder ran once
+    assert first["communication_s"] == pytest.approx(costs.communication_s(2, 8, 0)) and first["communication_s"] > 0
     assert (result.interpolation["error_percent"].abs() < 10).all()
 
 

@@ -75,30 +75,32 @@ def part_bands(costs, model_config) -> dict:
     return _BANDS[key][1]
 
 
-def _parts(costs, iteration: Iteration) -> dict:
-    """An iteration's seconds by kind."""
+def _parts(costs, cost, iteration: Iteration) -> dict:
+    """An iteration's seconds (``cost(iteration)``) by kind."""
+    seconds = cost(iteration)
     if isinstance(costs, EncoderDecoderCosts):
         encoder = costs.encoder_s(len(iteration.encoder_inputs))
         chunks = iteration.prefill_chunks
         admit = costs.admit_s(len(chunks), sum(n for n, _ in chunks) / len(chunks)) if chunks else 0.0
-        return {"encoder": encoder, "admit": admit, "decode": costs(iteration) - encoder - admit}
-    return {"prefill" if iteration.prefill_chunks else "decode": costs(iteration)}
+        return {"encoder": encoder, "admit": admit, "decode": seconds - encoder - admit}
+    return {"prefill" if iteration.prefill_chunks else "decode": seconds}
 
 
-def _scaled(costs, ratios: dict):
-    return lambda iteration: sum(s * ratios[k] for k, s in _parts(costs, iteration).items())
+def _scaled(costs, cost, ratios: dict):
+    return lambda iteration: sum(s * ratios[k] for k, s in _parts(costs, cost, iteration).items())
 
 
-def banded_summary(costs, model_config, requests, summary: dict, *, num_gpu_blocks: int, scheduler: SchedulerConfig,
-                   replicas: int, slo, prices) -> tuple[dict, pd.DataFrame]:
+def banded_summary(costs, model_config, requests, summary: dict, *, cost, num_gpu_blocks: int,
+                   scheduler: SchedulerConfig, replicas: int, slo, prices) -> tuple[dict, pd.DataFrame]:
     """``summary`` with ``<metric>_low`` / ``<metric>_high`` for :data:`BAND_METRICS`, and one row per
     iteration kind: its representative's nominal time, band and the assumption that moves it most.
-    ``prices(summary) -> dict`` adds the USD metrics to a summary."""
+    ``cost`` is the iteration cost the run used (``costs`` or a view of it); ``prices(summary) ->
+    dict`` adds the USD metrics to a summary."""
     bands = part_bands(costs, model_config)
     ends = []
     for end in ("low_ns", "high_ns"):
         ratios = {kind: getattr(b, end) / b.nominal_ns for kind, b in bands.items()}
-        run = simulate(requests, _scaled(costs, ratios), num_gpu_blocks=num_gpu_blocks, scheduler=scheduler,
+        run = simulate(requests, _scaled(costs, cost, ratios), num_gpu_blocks=num_gpu_blocks, scheduler=scheduler,
                        replicas=replicas)
         moved = summarize(run, slo)
         moved.update(prices(moved))

@@ -85,6 +85,8 @@ def shard_speech_config(config, tp: int, num_layers: int | None = None):
     config.encoder_ffn_dim //= tp
     config.decoder_ffn_dim //= tp
     config.vocab_size = -(-config.vocab_size // tp)
+    if config.pad_token_id is not None and config.pad_token_id >= config.vocab_size:
+        config.pad_token_id = None       # the padding row lives on another device's share of the table
     if num_layers is not None:
         config.encoder_layers = config.decoder_layers = num_layers
     return config
@@ -210,6 +212,13 @@ class EncoderDecoderCosts:
             self.measurements.append({"part": key[0], "size": key[1], "context": key[2], "seconds": seconds})
             self._simulated[key] = seconds
         return self._simulated[key]
+
+    def communication_s(self, windows: int, prompt_tokens: int, decode_batch: int) -> float:
+        """The tensor-parallel all-reduces of a pass running ``windows`` encoder windows, admitting
+        ``prompt_tokens`` decoder tokens and decoding ``decode_batch`` sequences (0 at tp = 1)."""
+        dec = self.config.decoder_layers
+        return (self._allreduce_s(windows * self.encoder_tokens, 2, self.config.encoder_layers)
+                + self._allreduce_s(prompt_tokens, 3, dec) + self._allreduce_s(decode_batch, 3, dec))
 
     def encoder_direct(self, windows: int, _unused: int = 0) -> float:
         return self._measured(("encoder", windows, 0), lambda k: self.encoder_profile(k, windows),

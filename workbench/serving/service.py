@@ -18,6 +18,7 @@ K/V in the KV cache (``EncoderDecoderCosts``); the summary adds ``audio_seconds_
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -28,14 +29,15 @@ import torch
 
 from backend.sim.presets import get_target
 from backend.sim.pricing import price
-from backend.sim.serving import (TRANSCRIPT_TOKENS_PER_AUDIO_S, SchedulerConfig, audio_windows, kv_bytes_per_token, num_kv_blocks, poisson_requests,
-                                 simulate, summarize, trace_requests)
+from backend.sim.serving import (TRANSCRIPT_TOKENS_PER_AUDIO_S, Iteration, SchedulerConfig, audio_windows,
+                                 kv_bytes_per_token, num_kv_blocks, poisson_requests, simulate, summarize,
+                                 trace_requests)
 from backend.sim.serving.requests import Request
 from workbench.serving.encoder_decoder import EncoderDecoderCosts, is_encoder_decoder
 from workbench.serving.iteration_costs import IterationCosts
 from workbench.serving.model_shapes import ModelShape, _config_of
 
-__all__ = ["serve", "ServingResult", "iteration_costs", "activation_bytes"]
+__all__ = ["serve", "ServingResult", "StaticCacheCosts", "iteration_costs", "activation_bytes"]
 
 _COSTS: dict = {}       # (model config, target, tp, grid) -> IterationCosts, measured once per session
 
@@ -117,6 +119,19 @@ def iteration_costs(model_or_config, target: str, tp: int, config: SchedulerConf
     return _COSTS[key].build()
 
 
+class StaticCacheCosts:
+    """Iteration costs with a static (unpaged) KV cache, as Hugging Face's ``StaticCache``,
+    JetStream and unpaged TensorRT-LLM keep it: each decode slot holds ``max_model_len`` positions
+    and attention reads them all, so every decode costs what it costs at ``max_model_len``."""
+
+    def __init__(self, costs, max_model_len: int):
+        self.costs, self.max_model_len = costs, max_model_len
+
+    def __call__(self, iteration: Iteration) -> float:
+        contexts = (self.max_model_len,) * len(iteration.decode_contexts)
+        return self.costs(Iteration(iteration.prefill_chunks, contexts, iteration.encoder_inputs))
+
+
 def _prices(summary: dict, target: str, devices: int) -> dict:
     try:
         usd_per_hour = price(target).usd_per_device_hour * devices
@@ -131,7 +146,7 @@ def _prices(summary: dict, target: str, devices: int) -> dict:
 
 def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, replicas: int = 1,
           scheduler: str | SchedulerConfig = "vllm", slo=None, gpu_memory_utilization: float = 0.9,
-          num_gpu_blocks: int | None = None, check: bool = True, band: bool = False,
+          num_gpu_blocks: int | None = None, check: bool = True, band: bool = False, kv_cache: str = "paged",
           **scheduler_options) -> ServingResult:
     """Serve ``requests`` with ``model_or_config`` (a Hugging Face causal LM or its config) on
     ``replicas`` replicas of ``tp`` devices of ``target``.
@@ -146,6 +161,9 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
     names (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``, ``watermark``,
     ``max_model_len``). ``slo``: ``{"ttft_s": ..., "tpot_s": ..., "e2e_s": ...}`` for goodput.
     ``check``: compare the interpolated iteration costs with direct simulation (``.interpolation``).
+    ``kv_cache``: ``"paged"`` (vLLM's blocks, attention over each sequence's own context) or
+    ``"static"`` (a ``max_model_len`` slot per sequence, attention over the whole slot; the
+    sequences that fit are the slots that fit).
     ``band``: error bands, as profiles have them (``workbench.serving.bands``): the summary gains
     ``<metric>_low`` / ``<metric>_high`` for latencies, throughputs and prices, ``.bands`` one row
     per iteration kind (seconds on GPU / TPU targets, about a minute per iteration kind on trn).
@@ -164,6 +182,8 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
                         "put them in the SchedulerConfig")
     else:
         config = scheduler
+    if kv_cache not in ("paged", "static"):
+        raise ValueError(f"kv_cache must be 'paged' or 'static', got {kv_cache!r}")
     if speech and config.enable_chunked_prefill:
         raise ValueError("chunked prefill is not supported for encoder-decoder models (as in vLLM); "
                          "use scheduler='vllm'")
@@ -179,14 +199,23 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
                                        kv_bytes_per_token(shape.num_layers, shape.num_kv_heads, shape.head_dim,
                                                           shape.dtype_bytes, tp),
                                        config.block_size, gpu_memory_utilization)
-    run = simulate(reqs, costs, num_gpu_blocks=num_gpu_blocks, scheduler=config, replicas=replicas)
+    cost = costs
+    if kv_cache == "static":
+        slot = config.max_model_len + (costs.encoder_tokens if speech else 0)
+        slots = num_gpu_blocks * config.block_size // slot
+        if slots < 1:
+            raise ValueError(f"no static KV slot of {slot} tokens fits the {num_gpu_blocks * config.block_size} "
+                             "tokens of KV cache; lower max_model_len or use more tensor parallelism")
+        config = dataclasses.replace(config, max_num_seqs=min(config.max_num_seqs, slots))
+        cost = StaticCacheCosts(costs, config.max_model_len)
+    run = simulate(reqs, cost, num_gpu_blocks=num_gpu_blocks, scheduler=config, replicas=replicas)
     summary = summarize(run, slo)
     prices = lambda found: _prices(found, costs.target, tp * replicas)
     summary.update(prices(summary))
     bands = pd.DataFrame()
     if band:
         from workbench.serving.bands import banded_summary
-        summary, bands = banded_summary(costs, model_config, reqs, summary, num_gpu_blocks=num_gpu_blocks,
+        summary, bands = banded_summary(costs, model_config, reqs, summary, cost=cost, num_gpu_blocks=num_gpu_blocks,
                                         scheduler=config, replicas=replicas, slo=slo, prices=prices)
     timeline = pd.DataFrame(run.iteration_records())
     if speech:        # the encoder's and the all-reduces' parts of each pass
@@ -197,6 +226,7 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
     summary.update({"target": costs.target, "tp": tp, "replicas": replicas,
                     "model_kind": "encoder-decoder" if speech else "causal-lm",
                     "scheduler": "chunked_prefill" if config.enable_chunked_prefill else "continuous_batching",
+                    "kv_cache": kv_cache, "max_num_seqs": config.max_num_seqs,
                     "num_gpu_blocks": num_gpu_blocks, "kv_cache_tokens": num_gpu_blocks * config.block_size,
                     "slo": json.dumps(dict(slo or {})), "iteration_shapes_measured": len(costs.measurements),
                     "host_time_s": time.perf_counter() - started})
