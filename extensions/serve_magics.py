@@ -13,6 +13,15 @@ __all__ = ["ServeMagics"]
 
 SHOWN = ("target", "tp", "replicas", "ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "itl_p99_s",
          "throughput_tokens_per_s", "goodput_requests_per_s", "usd_per_1m_tokens", "preemptions")
+SPEECH = ("audio_seconds_per_s", "usd_per_audio_hour")
+BANDED = ("ttft_p90_s", "tpot_p50_s", "usd_per_1m_tokens", "usd_per_audio_hour")
+
+
+def _columns(summary: dict) -> list[str]:
+    """The columns shown: speech metrics for an encoder-decoder, band ends when computed."""
+    keys = list(SHOWN) + (list(SPEECH) if summary.get("model_kind") == "encoder-decoder" else [])
+    return [k for key in keys for k in (key, f"{key}_low", f"{key}_high")
+            if k == key or (key in BANDED and k in summary)]
 
 
 def _slo(magic, text: str | None) -> dict | None:
@@ -34,10 +43,11 @@ def _slo(magic, text: str | None) -> dict | None:
 @magics_class
 class ServeMagics(Magics):
     """``%neuron_serve model [requests] [-t T,T] [--tp N] [--replicas N] [--scheduler S] [--slo ...]
-    [--rate R --count N --prompt P --output O] [-o] [-q]``."""
+    [--rate R --count N --prompt P --output O | --audio S] [--band] [-o] [-q]``."""
 
     @magic_arguments.magic_arguments()
-    @magic_arguments.argument("model", help="name of a Hugging Face causal LM or its config in the notebook")
+    @magic_arguments.argument("model", help="name of a Hugging Face causal LM or Whisper-style encoder-decoder, "
+                              "or its config, in the notebook")
     @magic_arguments.argument("requests", nargs="?", help="name of a request list or trace DataFrame "
                               "(arrival_s, prompt_tokens, output_tokens); or give --rate")
     @magic_arguments.argument("-t", "--targets", default="trn2",
@@ -52,6 +62,10 @@ class ServeMagics(Magics):
     @magic_arguments.argument("--count", type=int, default=200, help="requests at --rate (default: 200)")
     @magic_arguments.argument("--prompt", type=int, default=512, help="prompt tokens at --rate (default: 512)")
     @magic_arguments.argument("--output", type=int, default=128, help="output tokens at --rate (default: 128)")
+    @magic_arguments.argument("--audio", type=float, help="speech: seconds of audio per request at --rate "
+                              "(transcript tokens follow from it; --prompt and --output are then unused)")
+    @magic_arguments.argument("--band", action="store_true", help="error bands on latencies and prices "
+                              "(a minute per iteration kind on trn targets)")
     @magic_arguments.argument("-o", dest="return_result", action="store_true",
                               help="return the ServingResult (a dict target -> result for several targets)")
     @magic_arguments.argument("-q", dest="quiet", action="store_true", help="display nothing")
@@ -73,13 +87,18 @@ class ServeMagics(Magics):
                 get_target(target)
             except ValueError as exc:
                 raise usage_error(self.neuron_serve, str(exc)) from None
-        requests = (namespace[args.requests] if args.requests else
-                    {"rate_per_s": args.rate, "count": args.count, "prompt_tokens": args.prompt,
-                     "output_tokens": args.output})
+        if args.requests:
+            requests = namespace[args.requests]
+        elif args.audio is not None:
+            requests = wb.serving.speech_requests(args.rate, args.count, audio_s=args.audio)
+        else:
+            requests = {"rate_per_s": args.rate, "count": args.count, "prompt_tokens": args.prompt,
+                        "output_tokens": args.output}
         results = {t: wb.serve(namespace[args.model], requests, target=t, tp=args.tp, replicas=args.replicas,
-                               scheduler=args.scheduler, slo=_slo(self.neuron_serve, args.slo)) for t in targets}
+                               scheduler=args.scheduler, slo=_slo(self.neuron_serve, args.slo), band=args.band)
+                   for t in targets}
         if not args.quiet:
-            display(pd.DataFrame([{k: r.summary[k] for k in SHOWN} for r in results.values()]))
+            display(pd.DataFrame([{k: r.summary[k] for k in _columns(r.summary)} for r in results.values()]))
             display(wb.figures.latency_cdf_figure({r.label: r for r in results.values()}))
         if args.return_result:
             return results[targets[0]] if len(targets) == 1 else results

@@ -29,3 +29,18 @@ def test_serve_magic_usage_errors(shell, line, message):
     shell.user_ns["config"] = TINY
     with pytest.raises(UsageError, match=message):
         shell.run_line_magic("neuron_serve", line)
+
+
+def test_serve_magic_speech_load_with_bands(shell):
+    from transformers import WhisperConfig
+
+    from extensions.serve_magics import _columns
+    shell.user_ns["whisper"] = WhisperConfig(
+        vocab_size=512, num_mel_bins=16, d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_target_positions=64,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=3)
+    result = shell.run_line_magic("neuron_serve", "whisper --rate 2 --count 4 --audio 45 -t h100 --band -o -q")
+    s = result.summary
+    assert (s["requests"], s["audio_seconds"]) == (8, 180.0)                # 45 s: two 30 s windows each
+    assert s["usd_per_audio_hour_low"] <= s["usd_per_audio_hour"] <= s["usd_per_audio_hour_high"]
+    assert {"audio_seconds_per_s", "usd_per_audio_hour_high", "ttft_p90_s_low"} <= set(_columns(s))

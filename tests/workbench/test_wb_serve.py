@@ -94,3 +94,21 @@ def test_folded_decode_attention_computes_what_hugging_face_computes():
             first = model(prompt, use_cache=True)
             outs.append(model(step, past_key_values=first.past_key_values).logits)
     torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-4)
+
+
+def test_static_kv_cache_reads_whole_slots_and_caps_the_batch_at_the_slots_that_fit(requests):
+    from backend.sim.serving import Request
+    burst = [Request(i, 0.0, 32, 8) for i in range(12)]
+    # 100 blocks of 16 tokens hold 6 slots of max_model_len 256
+    result = wb.serve(TINY, burst, target="h100", tp=2, check=False, kv_cache="static", num_gpu_blocks=100,
+                      max_num_seqs=8, max_num_batched_tokens=64, max_model_len=256)
+    s, timeline = result.summary, result.timeline
+    assert (s["kv_cache"], s["max_num_seqs"], s["completed"]) == ("static", 6, 12)
+    assert timeline["batch_size"].max() == 6
+    costs = iteration_costs(TINY, "h100", 2, _config(result).__class__(max_model_len=256, max_num_seqs=8,
+                                                                       max_num_batched_tokens=64))
+    decodes = timeline[timeline.prefill_tokens == 0]
+    for batch, seconds in zip(decodes["decode_tokens"], decodes["duration_s"]):
+        assert seconds == pytest.approx(costs(Iteration((), (256,) * batch)))
+    with pytest.raises(ValueError, match="kv_cache must be 'paged' or 'static'"):
+        wb.serve(TINY, requests, target="h100", kv_cache="dense")

@@ -85,13 +85,15 @@ def serve_sweep(model_or_config, grid: Mapping[str, Sequence], *, requests: dict
     return pd.DataFrame.from_records(rows)
 
 
-def cheapest(frame: pd.DataFrame, min_slo_attainment: float = 0.9, by: str = "rate_per_s") -> pd.DataFrame:
-    """Per value of ``by``, the configuration with the lowest USD per 1M tokens among those whose
-    share of requests meeting the SLO is at least ``min_slo_attainment`` (rates none meets: absent)."""
+def cheapest(frame: pd.DataFrame, min_slo_attainment: float = 0.9, by: str = "rate_per_s",
+             metric: str = "usd_per_1m_tokens") -> pd.DataFrame:
+    """Per value of ``by``, the configuration with the lowest ``metric`` (USD per 1M output tokens;
+    ``"usd_per_audio_hour"`` for speech) among those whose share of requests meeting the SLO is at
+    least ``min_slo_attainment`` (rates none meets: absent)."""
     served = frame[frame["error"] == ""] if "error" in frame else frame
     if served.empty:
         return served
     meeting = served[(served["slo_attainment"] >= min_slo_attainment) & (served["rejected"] == 0)]
     if meeting.empty:
         return meeting
-    return meeting.loc[meeting.groupby(by)["usd_per_1m_tokens"].idxmin()].reset_index(drop=True)
+    return meeting.loc[meeting.groupby(by)[metric].idxmin()].reset_index(drop=True)

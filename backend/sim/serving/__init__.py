@@ -11,9 +11,11 @@ workbench measures that function on a real model (``workbench.serving``). Torch-
 from backend.sim.serving.engine import IterationRecord, RequestRecord, ServingRun, simulate
 from backend.sim.serving.kv_cache import BlockManager, blocks_for, kv_bytes_per_token, num_kv_blocks
 from backend.sim.serving.metrics import SLO, summarize
-from backend.sim.serving.requests import Request, gamma_requests, poisson_requests, trace_requests
+from backend.sim.serving.requests import (TRANSCRIPT_TOKENS_PER_AUDIO_S, Request, audio_windows, gamma_requests,
+                                         poisson_requests, speech_requests, trace_requests)
 from backend.sim.serving.scheduler import Iteration, Scheduler, SchedulerConfig, Sequence
 
-__all__ = ["Request", "poisson_requests", "gamma_requests", "trace_requests", "SchedulerConfig", "Scheduler",
+__all__ = ["Request", "poisson_requests", "gamma_requests", "trace_requests", "speech_requests", "audio_windows",
+           "TRANSCRIPT_TOKENS_PER_AUDIO_S", "SchedulerConfig", "Scheduler",
            "Sequence", "Iteration", "BlockManager", "blocks_for", "kv_bytes_per_token", "num_kv_blocks",
            "simulate", "ServingRun", "RequestRecord", "IterationRecord", "SLO", "summarize"]

@@ -63,6 +63,7 @@ class IterationRecord:
     batch_size: int
     prefill_tokens: int
     decode_tokens: int
+    encoder_tokens: int       # encoder inputs run in this pass (encoder-decoder models)
     kv_blocks_used: int
     kv_blocks_total: int
     waiting: int
@@ -125,7 +126,8 @@ def _run_replica(requests: list[Request], cost: CostFn, config: SchedulerConfig,
         end = now + duration
         preempted = sched.preemptions - preempted_before
         iterations.append(IterationRecord(replica, now, duration, len(work), iteration.prefill_tokens,
-                                          iteration.decode_batch, sched.kv.used, sched.kv.num_blocks,
+                                          iteration.decode_batch, sum(iteration.encoder_inputs), sched.kv.used,
+                                          sched.kv.num_blocks,
                                           len(sched.waiting), preempted))
         for seq, n in work:
             seq.computed += n

@@ -71,6 +71,7 @@ def summarize(run: ServingRun, slo=None) -> dict:
         "requests_per_s": per_s(len(done)),
         "goodput_requests_per_s": per_s(int(good)),
         "slo_attainment": good / len(done) if done else float("nan"),
+        "audio_seconds": audio,
         "audio_seconds_per_s": per_s(audio) if audio else float("nan"),
         "preemptions": sum(r.preemptions for r in run.requests),
         "output_tokens": output_tokens,

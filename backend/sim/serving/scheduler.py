@@ -14,6 +14,15 @@ A decode that needs a new KV block when none is free preempts the most recently 
 running sequence by recompute (vLLM's default): its blocks are freed and it goes back to the
 front of the waiting queue, to prefill its prompt and the tokens it generated so far again.
 A sequence that could not fit into an empty cache is rejected, as vLLM ignores such prompts.
+
+Encoder-decoder requests (``Request.encoder_tokens > 0``, e.g. Whisper's 1,500 frames per 30 s
+window) run their encoder in the iteration that admits them, with their decoder prompt; the
+cross-attention keys and values of the encoder outputs are computed then and held in blocks of
+the same pool until the request finishes (vLLM's cross-attention block table), so admitting one
+needs ``blocks(prompt) + blocks(encoder_tokens)`` blocks. ``max_num_encoder_input_tokens``
+caps the encoder tokens an iteration admits (vLLM's encoder budget: the token budget by default,
+and at least one request). A preempted one recomputes its encoder too. Chunked prefill is not
+supported for encoder-decoder models, as in vLLM.
 """
 from __future__ import annotations
 
@@ -37,6 +46,7 @@ class SchedulerConfig:
     block_size: int = 16
     watermark: float = 0.01
     max_model_len: int = 8192
+    max_num_encoder_input_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.block_size < 1 or self.max_model_len < 1:
@@ -45,12 +55,19 @@ class SchedulerConfig:
             raise ValueError(f"watermark must be in [0, 1), got {self.watermark}")
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
             raise ValueError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")
+        if self.max_num_encoder_input_tokens is not None and self.max_num_encoder_input_tokens < 1:
+            raise ValueError(f"max_num_encoder_input_tokens must be >= 1, got {self.max_num_encoder_input_tokens}")
 
     @property
     def token_budget(self) -> int:
         if self.max_num_batched_tokens is not None:
             return self.max_num_batched_tokens
         return 2048 if self.enable_chunked_prefill else max(self.max_model_len, 2048)
+
+    @property
+    def encoder_budget(self) -> int:
+        """Encoder tokens one iteration may admit (past the first request's)."""
+        return self.max_num_encoder_input_tokens or self.token_budget
 
     @classmethod
     def named(cls, name: str, **changes) -> "SchedulerConfig":
@@ -86,6 +103,10 @@ class Sequence:
     def uncomputed(self) -> int:
         return self.tokens - self.computed
 
+    def blocks_needed(self, tokens: int, block_size: int) -> int:
+        """Blocks for ``tokens`` decoder tokens and the encoder outputs' cross-attention K/V."""
+        return blocks_for(tokens, block_size) + blocks_for(self.request.encoder_tokens, block_size)
+
     @property
     def is_prefill(self) -> bool:
         return not self.prefilled
@@ -93,11 +114,13 @@ class Sequence:
 
 @dataclass(frozen=True, slots=True)
 class Iteration:
-    """What one forward pass runs: prefill chunks ``(new_tokens, cached_tokens)`` and the context
-    length (cached tokens plus the new one) of each decoding sequence."""
+    """What one forward pass runs: prefill chunks ``(new_tokens, cached_tokens)``, the context
+    length (cached tokens plus the new one) of each decoding sequence, and the encoder length of
+    each sequence whose encoder runs in it (encoder-decoder models)."""
 
     prefill_chunks: tuple = ()
     decode_contexts: tuple = ()
+    encoder_inputs: tuple = ()
 
     @property
     def prefill_tokens(self) -> int:
@@ -132,6 +155,9 @@ class Scheduler:
         self.preemptions = 0          # preemptions so far, all sequences
 
     def add(self, seq: Sequence) -> None:
+        if seq.request.encoder_tokens and self.config.enable_chunked_prefill:
+            raise ValueError(f"request {seq.request.request_id} has an encoder; chunked prefill is not supported "
+                             "for encoder-decoder models (as in vLLM): use the 'vllm' scheduler")
         self.waiting.append(seq)
 
     def has_work(self) -> bool:
@@ -140,7 +166,7 @@ class Scheduler:
     # --- KV blocks ----------------------------------------------------------------------------------
     def _grow(self, seq: Sequence, tokens: int) -> bool:
         """Give ``seq`` blocks for ``tokens`` cached tokens; False when the cache is full."""
-        need = blocks_for(tokens, self.config.block_size) - seq.blocks
+        need = seq.blocks_needed(tokens, self.config.block_size) - seq.blocks
         if need > self.kv.free:
             return False
         if need > 0:
@@ -177,7 +203,9 @@ class Scheduler:
                 self._schedule_decodes(work, budget)
         prefills = tuple((n, s.computed) for s, n in work if s.is_prefill)
         decodes = tuple(s.computed + 1 for s, n in work if not s.is_prefill)
-        return Iteration(prefills, decodes), work
+        encoders = tuple(s.request.encoder_tokens for s, n in work
+                         if s.is_prefill and s.computed == 0 and s.request.encoder_tokens)
+        return Iteration(prefills, decodes, encoders), work
 
     def _schedule_decodes(self, work, budget) -> None:
         for seq in [s for s in self.running if not s.is_prefill]:
@@ -206,9 +234,10 @@ class Scheduler:
 
     def _schedule_waiting(self, work, budget, now_s: float, *, chunked: bool) -> None:
         cfg = self.config
+        encoder_budget, admitted = cfg.encoder_budget, 0
         while self.waiting and budget[0] > 0 and len(self.running) < cfg.max_num_seqs:
             seq = self.waiting[0]
-            need = blocks_for(seq.tokens, cfg.block_size)
+            need = seq.blocks_needed(seq.tokens, cfg.block_size)
             limit = cfg.max_model_len if chunked else min(cfg.max_model_len, cfg.token_budget)
             if seq.tokens > limit or not self.kv.fits_ever(need):
                 seq.rejected = (f"{seq.tokens} tokens exceed the limit of {limit}" if seq.tokens > limit else
@@ -217,8 +246,11 @@ class Scheduler:
                 self.rejected.append(self.waiting.popleft())
                 continue
             n = min(seq.uncomputed, budget[0]) if chunked else seq.uncomputed
-            if n > budget[0] or not self.kv.can_admit(need):
+            encoder = seq.request.encoder_tokens
+            if n > budget[0] or not self.kv.can_admit(need) or (admitted and encoder > encoder_budget):
                 break
+            encoder_budget -= encoder
+            admitted += 1
             self.waiting.popleft()
             self.kv.take(need)
             seq.blocks = need
