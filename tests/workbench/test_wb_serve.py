@@ -11,6 +11,7 @@ from backend.sim.collectives import collective_cost
 from backend.sim.pricing import price
 from backend.sim.serving import Iteration
 from workbench.serving.iteration_costs import IterationCosts
+from workbench.serving.kv_slots import slot_cache
 from workbench.serving.model_shapes import build_timing_only, shard_config
 from workbench.serving.model_shapes import model_shape
 from workbench.serving.service import activation_bytes, iteration_costs
@@ -79,18 +80,16 @@ def test_serve_needs_a_causal_lm_config():
         wb.serve(torch.nn.Linear(4, 4), [(0.0, 4, 4)], target="trn2")
 
 
-def test_folded_decode_attention_computes_what_hugging_face_computes():
-    from transformers import LlamaForCausalLM
-
-    from workbench.serving.attention import register
-    torch.manual_seed(0)
-    reference = LlamaForCausalLM(TINY).eval()
-    folded = LlamaForCausalLM._from_config(TINY, attn_implementation=register()).eval()
-    folded.load_state_dict(reference.state_dict())
-    prompt, step = torch.randint(0, 1024, (2, 7)), torch.randint(0, 1024, (2, 1))
-    with torch.no_grad():
-        outs = []
-        for model in (reference, folded):
-            first = model(prompt, use_cache=True)
-            outs.append(model(step, past_key_values=first.past_key_values).logits)
-    torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-4)
+@pytest.mark.parametrize("new", [1, 8])
+def test_measured_attention_reads_the_cache_once_per_kv_head(new):
+    """A decode step and a prefill chunk over the slot cache, as measured: Hugging Face's SDPA
+    attention takes the device's fused grouped-query op (K/V unrepeated), not the math path."""
+    model = build_timing_only(TINY)
+    with torch.neuron.timing_only():
+        cache = slot_cache(model.config, 2, 40 if new == 1 else 0, new, torch.bfloat16)
+        ids = torch.zeros(2, new, dtype=torch.long, device="neuron")
+    with torch.no_grad(), wb.profile(timing_only=True) as prof:
+        model(ids, past_key_values=cache, logits_to_keep=1)
+    names = list(prof.ops["name"])
+    assert names.count("aten::_scaled_dot_product_fused_attention_overrideable") == TINY.num_hidden_layers
+    assert not {"aten::_softmax", "aten::_safe_softmax", "aten::bmm", "aten::clone"} & set(names)

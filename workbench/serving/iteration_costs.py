@@ -138,8 +138,8 @@ class IterationCosts:
 
     def slot_tokens(self) -> int:
         """The most cached tokens (batch x context) a measurement holds: 70% of what the simulated
-        device holding the model's buffers has free, per token one layer's KV and the copies
-        attention makes of it (grouped-query K and V repeated per query head, in fp32)."""
+        device holding the model's buffers has free, per token one layer's KV and the copy a
+        masked prefill chunk makes of it (Hugging Face's ``repeat_kv``, K and V per query head)."""
         if self._slot_tokens is None:
             free = torch.neuron.mem_get_info()[0]
             target = get_target(self.target)
@@ -147,7 +147,7 @@ class IterationCosts:
                 free = min(free, target.hbm_bytes - torch.neuron.memory_allocated())
             self._model(1)
             config = self._configs[1]
-            copies = 1 + 4 * config.num_attention_heads // config.num_key_value_heads
+            copies = 1 + config.num_attention_heads // config.num_key_value_heads
             self._slot_tokens = int(0.7 * free // (copies * slot_bytes_per_token(config, self.dtype)))
         return self._slot_tokens
 
