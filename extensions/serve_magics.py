@@ -34,7 +34,7 @@ def _slo(magic, text: str | None) -> dict | None:
 @magics_class
 class ServeMagics(Magics):
     """``%neuron_serve model [requests] [-t T,T] [--tp N] [--replicas N] [--scheduler S] [--slo ...]
-    [--rate R --count N --prompt P --output O] [-o] [-q]``."""
+    [--rate R --count N --prompt P --output O] [--eager] [-o] [-q]``."""
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("model", help="name of a Hugging Face causal LM or its config in the notebook")
@@ -52,6 +52,9 @@ class ServeMagics(Magics):
     @magic_arguments.argument("--count", type=int, default=200, help="requests at --rate (default: 200)")
     @magic_arguments.argument("--prompt", type=int, default=512, help="prompt tokens at --rate (default: 512)")
     @magic_arguments.argument("--output", type=int, default=128, help="output tokens at --rate (default: 128)")
+    @magic_arguments.argument("--eager", action="store_true",
+                              help="time iterations as the eager op stream (default: compiled graphs, as "
+                                   "serving engines run them)")
     @magic_arguments.argument("-o", dest="return_result", action="store_true",
                               help="return the ServingResult (a dict target -> result for several targets)")
     @magic_arguments.argument("-q", dest="quiet", action="store_true", help="display nothing")
@@ -77,7 +80,8 @@ class ServeMagics(Magics):
                     {"rate_per_s": args.rate, "count": args.count, "prompt_tokens": args.prompt,
                      "output_tokens": args.output})
         results = {t: wb.serve(namespace[args.model], requests, target=t, tp=args.tp, replicas=args.replicas,
-                               scheduler=args.scheduler, slo=_slo(self.neuron_serve, args.slo)) for t in targets}
+                               scheduler=args.scheduler, slo=_slo(self.neuron_serve, args.slo),
+                               compiled=not args.eager) for t in targets}
         if not args.quiet:
             display(pd.DataFrame([{k: r.summary[k] for k in SHOWN} for r in results.values()]))
             display(wb.figures.latency_cdf_figure({r.label: r for r in results.values()}))

@@ -76,15 +76,16 @@ def _model_len(reqs: list[Request]) -> int:
     return max(256, 1 << math.ceil(math.log2(longest)))
 
 
-def iteration_costs(model_or_config, target: str, tp: int, config: SchedulerConfig) -> IterationCosts:
+def iteration_costs(model_or_config, target: str, tp: int, config: SchedulerConfig,
+                    compiled: bool = True) -> IterationCosts:
     """The (cached) iteration costs of a model on ``target`` for ``config``'s batch shapes."""
     model_config = _config_of(model_or_config)
     key = (model_config.to_json_string(), get_target(target).name, tp, config.max_num_seqs, config.token_budget,
-           config.max_model_len, config.enable_chunked_prefill)
+           config.max_model_len, config.enable_chunked_prefill, compiled)
     if key not in _COSTS:
         _COSTS[key] = IterationCosts(model_config, target, tp=tp, max_num_seqs=config.max_num_seqs,
                                      token_budget=config.token_budget, max_model_len=config.max_model_len,
-                                     chunked_prefill=config.enable_chunked_prefill)
+                                     chunked_prefill=config.enable_chunked_prefill, compiled=compiled)
     return _COSTS[key].build()
 
 
@@ -102,7 +103,8 @@ def _prices(summary: dict, target: str, devices: int) -> dict:
 
 def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, replicas: int = 1,
           scheduler: str | SchedulerConfig = "vllm", slo=None, gpu_memory_utilization: float = 0.9,
-          num_gpu_blocks: int | None = None, check: bool = True, **scheduler_options) -> ServingResult:
+          num_gpu_blocks: int | None = None, check: bool = True, compiled: bool = True,
+          **scheduler_options) -> ServingResult:
     """Serve ``requests`` with ``model_or_config`` (a Hugging Face causal LM or its config) on
     ``replicas`` replicas of ``tp`` devices of ``target``.
 
@@ -113,6 +115,8 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
     names (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``, ``watermark``,
     ``max_model_len``). ``slo``: ``{"ttft_s": ..., "tpot_s": ..., "e2e_s": ...}`` for goodput.
     ``check``: compare the interpolated iteration costs with direct simulation (``.interpolation``).
+    ``compiled``: time iterations as compiled graphs, as serving engines run them (False: the
+    eager op stream).
     """
     started = time.perf_counter()
     reqs = _requests(requests)
@@ -126,7 +130,7 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
                         "put them in the SchedulerConfig")
     else:
         config = scheduler
-    costs = iteration_costs(model_or_config, target, tp, config)
+    costs = iteration_costs(model_or_config, target, tp, config, compiled)
     shape = costs.shape
     if num_gpu_blocks is None:
         weights = shape.num_params * shape.dtype_bytes / tp
@@ -140,7 +144,8 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
     summary.update(_prices(summary, costs.target, tp * replicas))
     summary.update({"target": costs.target, "tp": tp, "replicas": replicas,
                     "scheduler": "chunked_prefill" if config.enable_chunked_prefill else "continuous_batching",
-                    "num_gpu_blocks": num_gpu_blocks, "kv_cache_tokens": num_gpu_blocks * config.block_size,
+                    "compiled": costs.compiled, "num_gpu_blocks": num_gpu_blocks,
+                    "kv_cache_tokens": num_gpu_blocks * config.block_size,
                     "slo": json.dumps(dict(slo or {})), "iteration_shapes_measured": len(costs.measurements),
                     "host_time_s": time.perf_counter() - started})
     interpolation = pd.DataFrame(costs.check()) if check else pd.DataFrame()
