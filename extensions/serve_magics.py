@@ -43,7 +43,7 @@ def _slo(magic, text: str | None) -> dict | None:
 @magics_class
 class ServeMagics(Magics):
     """``%neuron_serve model [requests] [-t T,T] [--tp N] [--replicas N] [--scheduler S] [--slo ...]
-    [--rate R --count N --prompt P --output O | --audio S] [--band] [-o] [-q]``."""
+    [--rate R --count N --prompt P --output O | --audio S] [--band] [--eager] [-o] [-q]``."""
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("model", help="name of a Hugging Face causal LM or Whisper-style encoder-decoder, "
@@ -66,6 +66,9 @@ class ServeMagics(Magics):
                               "(transcript tokens follow from it; --prompt and --output are then unused)")
     @magic_arguments.argument("--band", action="store_true", help="error bands on latencies and prices "
                               "(a minute per iteration kind on trn targets)")
+    @magic_arguments.argument("--eager", action="store_true",
+                              help="time iterations as the eager op stream (default: compiled graphs, as "
+                                   "serving engines run them)")
     @magic_arguments.argument("-o", dest="return_result", action="store_true",
                               help="return the ServingResult (a dict target -> result for several targets)")
     @magic_arguments.argument("-q", dest="quiet", action="store_true", help="display nothing")
@@ -95,7 +98,8 @@ class ServeMagics(Magics):
             requests = {"rate_per_s": args.rate, "count": args.count, "prompt_tokens": args.prompt,
                         "output_tokens": args.output}
         results = {t: wb.serve(namespace[args.model], requests, target=t, tp=args.tp, replicas=args.replicas,
-                               scheduler=args.scheduler, slo=_slo(self.neuron_serve, args.slo), band=args.band)
+                               scheduler=args.scheduler, slo=_slo(self.neuron_serve, args.slo), band=args.band,
+                               compiled=not args.eager)
                    for t in targets}
         if not args.quiet:
             display(pd.DataFrame([{k: r.summary[k] for k in _columns(r.summary)} for r in results.values()]))

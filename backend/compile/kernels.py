@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import operator
 import re
+from collections import ChainMap
 from dataclasses import dataclass, field
 
 import torch
@@ -34,6 +35,7 @@ from backend.sim.flops import op_min_bytes, storage_bytes
 from backend.sim.descriptors import OpRecord, TensorDesc
 
 from .fusion import FusionGroup, escapes, is_parameter, lays_out_parameters, node_class, view_root
+from .head_repeats import absorbed_head_repeats
 
 __all__ = ["KernelSpec", "Handoff", "HandoffValue", "ParamLayout", "build_kernels", "source_line", "module_path",
            "node_sources", "has_symbolic_shapes", "ValueCapture"]
@@ -229,9 +231,19 @@ def _escaping_bytes(node: fx.Node, values: dict, members: set) -> int:
                for t in _tensors(values.get(user.name)))
 
 
-def _kernel(group: FusionGroup, by_name: dict, values: dict, sources: dict) -> KernelSpec:
+def _compute(group: FusionGroup, by_name: dict) -> tuple[list, set, dict]:
+    """A kernel's compute nodes (one record each), its member nodes, and the repeated K/V operands
+    its grouped-query attention reads unrepeated (``head_repeats``): their copies run no more."""
     members = {by_name[n] for n in group.nodes}
     compute = [n for n in (by_name[name] for name in group.nodes) if node_class(n) != "view"]
+    absorbed, unrepeated = absorbed_head_repeats(compute, members)
+    return [n for n in compute if n not in absorbed], members - absorbed, unrepeated
+
+
+def _kernel(group: FusionGroup, by_name: dict, values: dict, sources: dict) -> KernelSpec:
+    compute, members, unrepeated = _compute(group, by_name)
+    if unrepeated:
+        values = ChainMap({view.name: values.get(src.name) for view, src in unrepeated.items()}, values)
     records = [_record(n, values, sources) for n in compute]
     eager_bytes = sum(op_min_bytes(r) for r in records)
     read = sum(_desc_bytes(t) for name in group.inputs for t in _tensors(values.get(name)))
@@ -289,7 +301,7 @@ def _schema_name(node: fx.Node) -> str:
 def _lay_out_parameters(kernel: KernelSpec, group: FusionGroup, by_name: dict, layouts: dict) -> None:
     """Read parameters seen through a layout view as matmul operands in the layout TensorE
     wants (row-major B[K, N]); the copy that makes it is a ParamLayout paid once."""
-    compute = [by_name[n] for n in group.nodes if node_class(by_name[n]) != "view"]
+    compute = _compute(group, by_name)[0]
     used = []
     for j, node in enumerate(compute):
         pos = _MOVING_OPERAND.get(_schema_name(node))
@@ -329,11 +341,11 @@ def _readers(node: fx.Node, k: int | None = None) -> list:
 def _link(producer: KernelSpec, pgroup: FusionGroup, consumer: KernelSpec, cgroup: FusionGroup,
           by_name: dict, values: dict) -> None:
     """The Handoff between two consecutive kernels, if the second reads what the first made."""
-    made_by = [by_name[n] for n in pgroup.nodes if node_class(by_name[n]) != "view"]
+    made_by = _compute(pgroup, by_name)[0]
     made = {node.name: j for j, node in enumerate(made_by)}
     members = {by_name[n] for n in cgroup.nodes}
     reads: dict = {}
-    for j, node in enumerate(n for n in (by_name[name] for name in cgroup.nodes) if node_class(n) != "view"):
+    for j, node in enumerate(_compute(cgroup, by_name)[0]):
         for i, (operand, _) in enumerate(_tensor_inputs(node, values)):
             source, k = _produced_by(operand)
             if source.name in made:

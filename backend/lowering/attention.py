@@ -21,6 +21,12 @@ another's unrelated work, so the scheduler overlaps them up to those buffers. Wh
 cannot fill that pipeline (long sequences: P of one head at 8,192 tokens is 65 MiB), each head's
 queries are walked in blocks, as a flash kernel walks query tiles with the head's K and V
 resident; a unit of the pipeline is then one block of one head.
+
+Grouped-query attention (fewer K/V heads than query heads) reads each KV head once for its
+group of query heads, as Neuron's flash and decode kernels do. Without a causal mask the group's
+queries are independent rows over the same keys, so they stack into one head of ``group x
+queries`` rows (a decode step's group fills the stationary columns that one query leaves empty);
+with one, each query head keeps its own diagonal and the group shares the resident K/V.
 """
 from __future__ import annotations
 
@@ -126,11 +132,23 @@ def head_run_bytes(shape: tuple, itemsize_: int, causal: bool) -> int:
     return cols_bytes * max(1, ceil(shape[-2] / 128))
 
 
+def _stacked(shape: tuple, q_heads: int, fold: int) -> tuple:
+    """A query-side operand's [..., heads, rows, cols] shape with each ``fold`` consecutive heads'
+    rows stacked (``fold`` query heads share one KV head); K/V-side shapes pass unchanged."""
+    if fold == 1 or len(shape) < 3 or prod(shape[:-2]) != q_heads:
+        return tuple(shape)
+    return (*shape[:-3], shape[-3] // fold, shape[-2] * fold, shape[-1])
+
+
 def attention(ctx: OpContext, *, backward: bool) -> None:
     psum_buffers = int(assumptions.value("attention.psum_buffers"))   # tiles in flight per PSUM buffer
     off = 1 if backward else 0
     q, k, v = ctx.inputs[off:off + 3]
-    *batch, sq, d = q.shape
+    causal = bool(ctx.attrs.get("is_causal", False))
+    q_heads = max(1, prod(q.shape[:-2]))
+    fold = 1 if causal else max(1, q_heads // max(1, prod(k.shape[:-2])))
+    shape_of = lambda x: _stacked(x.shape, q_heads, fold)      # query-side tensors as the kernel lays them
+    *batch, sq, d = shape_of(q)
     sk, dv = k.shape[-2], v.shape[-1]
     heads = max(1, prod(batch))
     if min(sq, sk, d, dv) == 0:
@@ -139,7 +157,6 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
     dt = tensor_engine_dtype(ctx, q.dtype)
     qt, kt, kn = ceil(sq / 128), ceil(sk / 128), ceil(sk / 512)
     dt_tiles = ceil(d / 128)
-    causal = bool(ctx.attrs.get("is_causal", False))
     frac = (qt + 1) / (2 * qt) if causal else 1.0       # key blocks at or below the diagonal
     keys = max(1, int(sk * frac))
     blocks = max(1, int(qt * kt * frac))
@@ -165,8 +182,9 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
         return (groups[g - distance][name],) if g >= distance else ()
 
     def load(g: int, r: int, ids: dict) -> None:
-        loads = [b.dma(x.nbytes // (heads * u), src="hbm", dst="sbuf", partitions=min(128, x.shape[-2]),
-                       row_bytes=head_run_bytes(x.shape, x.itemsize, causal), deps=older(g, "last", in_flight), repeat=r)
+        loads = [b.dma(x.nbytes // (heads * u), src="hbm", dst="sbuf", partitions=min(128, shape_of(x)[-2]),
+                       row_bytes=head_run_bytes(shape_of(x), x.itemsize, causal), deps=older(g, "last", in_flight),
+                       repeat=r)
                  for i, x in enumerate(operands) if x.numel and not ctx.in_sbuf(i)]
         ids["loads"] = (*loads, *(dep for i in range(off + 3) for dep in ctx.ready_deps(i)))
 
@@ -230,9 +248,10 @@ def attention(ctx: OpContext, *, backward: bool) -> None:
     def store(r: int, ids: dict) -> None:
         for kk, o_t in enumerate(ctx.outputs):
             if o_t.numel and ctx.out_to_hbm[kk]:
+                shape = shape_of(o_t)
                 b.dma(o_t.nbytes // (heads * u), src="sbuf", dst="hbm",
-                      partitions=min(128, o_t.shape[-2] if len(o_t.shape) > 1 else 1),
-                      row_bytes=head_run_bytes(o_t.shape, o_t.itemsize, causal or len(o_t.shape) != len(q.shape)),
+                      partitions=min(128, shape[-2] if len(shape) > 1 else 1),
+                      row_bytes=head_run_bytes(shape, o_t.itemsize, causal or len(shape) != len(q.shape)),
                       deps=(ids["last"],), repeat=r)
 
     stages = [load, scores, row_max, exp, transpose_p, evacuate_p,

@@ -1,6 +1,6 @@
 """scaled_dot_product_attention on the device: the fused path where CPU runs its flash kernel
-(values and gradients equal CPU's), the math path where CPU takes it, in timing-only mode and
-under torch.compile."""
+(values and gradients equal CPU's) and for grouped-query attention (K/V read once per group),
+the math path where CPU takes it otherwise, in timing-only mode and under torch.compile."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -43,11 +43,51 @@ def test_fused_path_equals_cpu_forward_and_backward(dtype, kwargs):
     assert {FUSED, FUSED + "_backward"} <= names and "aten::_softmax" not in names
 
 
-@pytest.mark.parametrize("case", ["dropout", "gqa", "mask_needs_grad", "flash_disabled"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("group", [1, 4, 8])
+def test_grouped_query_attention_takes_the_fused_path(group, causal, dtype):
+    """enable_gqa (as Hugging Face passes it without a mask): values and gradients match CPU's
+    own GQA attention, through one fused op and its backward, with no repeated K/V."""
+    tensors = _qkv(dtype, heads=(8, 8 // group, 8 // group))
+    with wb.profile() as prof:
+        out, grads = _run("neuron", tensors, is_causal=causal, enable_gqa=True)
+    ref, ref_grads = _run("cpu", tensors, is_causal=causal, enable_gqa=True)
+    tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-5}
+    torch.testing.assert_close(out, ref, **tol)
+    for g, r in zip(grads, ref_grads):
+        assert g.shape == r.shape
+        torch.testing.assert_close(g, r, **tol)
+    names = set(prof.ops["name"])
+    assert {FUSED, FUSED + "_backward"} <= names
+    assert not names & {"aten::_softmax", "aten::clone", "aten::repeat_interleave", "aten::bmm"}
+
+
+def test_grouped_query_decode_reads_each_kv_head_once():
+    """A decode step (one query per sequence) over a long cache: the fused GQA op reads K and V
+    once, where the math path repeats them per query head (and the time follows)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def run(backends):
+        with torch.neuron.timing_only():
+            q = torch.empty(4, 32, 1, 128, dtype=torch.bfloat16, device="neuron")
+            kv = torch.empty(4, 4, 2048, 128, dtype=torch.bfloat16, device="neuron")
+            with sdpa_kernel(backends), wb.profile(timing_only=True) as prof:
+                F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+        return prof.summary, 2 * kv.nbytes
+
+    fused, kv_bytes = run([SDPBackend.FLASH_ATTENTION, SDPBackend.OVERRIDEABLE])
+    math, _ = run([SDPBackend.MATH])
+    assert kv_bytes <= fused["hbm_read_bytes"] < 1.1 * kv_bytes
+    assert math["hbm_read_bytes"] > 8 * kv_bytes
+    assert fused["total_time"] < math["total_time"] / 4
+
+
+@pytest.mark.parametrize("case", ["dropout", "gqa_without_flag", "mask_needs_grad", "flash_disabled"])
 def test_math_path_where_cpu_takes_it(case):
     tensors, kwargs = _qkv(torch.float32), {}
-    if case == "gqa":
-        tensors, kwargs = _qkv(torch.float32, heads=(4, 2, 2)), {"enable_gqa": True}
+    if case == "gqa_without_flag":    # one KV head broadcast to every query head, no enable_gqa
+        tensors = _qkv(torch.float32, heads=(4, 1, 1))
     with wb.profile() as prof:
         if case == "dropout":
             torch.manual_seed(1)

@@ -12,11 +12,13 @@ TINY = LlamaConfig(vocab_size=1024, hidden_size=256, intermediate_size=688, num_
 def test_serve_magic_matches_wb_serve_on_each_target(shell):
     shell.user_ns["config"] = TINY
     shell.user_ns["load"] = wb.serving.poisson_requests(20.0, 10, prompt_tokens=32, output_tokens=4)
-    results = shell.run_line_magic("neuron_serve", "config load -t h100,v6e --slo ttft=0.5,tpot=0.1 -o -q")
+    results = shell.run_line_magic("neuron_serve", "config load -t h100,v6e --slo ttft=0.5,tpot=0.1 --eager -o -q")
     assert set(results) == {"h100", "v6e"}
-    direct = wb.serve(TINY, shell.user_ns["load"], target="h100", slo={"ttft_s": 0.5, "tpot_s": 0.1})
+    direct = wb.serve(TINY, shell.user_ns["load"], target="h100", slo={"ttft_s": 0.5, "tpot_s": 0.1},
+                      compiled=False)
     assert results["h100"].summary["ttft_p50_s"] == direct.summary["ttft_p50_s"]
     assert results["v6e"].summary["slo"] == '{"ttft_s": 0.5, "tpot_s": 0.1}'
+    assert not results["h100"].summary["compiled"]
 
 
 @pytest.mark.parametrize("line, message", [

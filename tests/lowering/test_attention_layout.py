@@ -57,3 +57,35 @@ def test_long_causal_heads_walk_query_blocks_and_stay_within_sbuf():
     busy = max(op.busy_ns.get(e, 0.0) for e in ("tensor", "vector", "scalar", "gpsimd"))
     assert program.info.sbuf_peak_bytes <= get_target("trn1").sbuf_usable_bytes
     assert op.end_ns - op.start_ns < 1.5 * busy
+
+
+def _gqa(heads: int, kv_heads: int, queries: int, keys: int, causal: bool = False, d: int = 128) -> OpRecord:
+    q = TensorDesc((2, heads, queries, d), "bfloat16")
+    kv = TensorDesc((2, kv_heads, keys, d), "bfloat16")
+    return OpRecord(0, "aten::_scaled_dot_product_fused_attention_overrideable", (q, kv, kv),
+                    (q, TensorDesc(q.shape[:-1], "float32")), {"is_causal": causal})
+
+
+def _loaded_bytes(program) -> int:
+    return sum(i.nbytes * i.repeat for i in program.instructions if i.engine == "dma" and i.src == "hbm")
+
+
+def test_grouped_query_attention_reads_each_kv_head_once():
+    """8 query heads per KV head: K and V cross HBM once, as many bytes as with one query head per
+    KV head, for decode and for causal prefill alike."""
+    for queries, keys, causal in ((1, 4096, False), (512, 512, True)):
+        grouped = lower(_gqa(32, 4, queries, keys, causal), "trn2")
+        q_bytes, kv_bytes = 2 * 32 * queries * 128 * 2, 2 * 2 * 4 * keys * 128 * 2
+        assert _loaded_bytes(grouped) == q_bytes + kv_bytes
+
+
+def test_grouped_decode_stacks_the_group_into_one_head():
+    """A decode step's group of 8 queries shares one KV head: it costs about what one query head
+    per KV head costs (the group fills the stationary columns one query leaves empty), not 8x."""
+    def elapsed(record) -> float:
+        op = Simulator("trn2").run(lower(record, "trn2")).ops[0]
+        return op.end_ns - op.start_ns
+    grouped, one_per_kv_head = elapsed(_gqa(32, 4, 1, 4096)), elapsed(_gqa(4, 4, 1, 4096))
+    repeated = elapsed(_gqa(32, 32, 1, 4096))
+    assert grouped < 1.5 * one_per_kv_head
+    assert repeated > 4 * grouped

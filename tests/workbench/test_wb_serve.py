@@ -11,6 +11,7 @@ from backend.sim.collectives import collective_cost
 from backend.sim.pricing import price
 from backend.sim.serving import Iteration
 from workbench.serving.iteration_costs import IterationCosts
+from workbench.serving.kv_slots import slot_cache
 from workbench.serving.model_shapes import build_timing_only, shard_config
 from workbench.serving.model_shapes import model_shape
 from workbench.serving.service import activation_bytes, iteration_costs
@@ -18,6 +19,7 @@ from workbench.serving.service import activation_bytes, iteration_costs
 TINY = LlamaConfig(vocab_size=1024, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
                    num_attention_heads=8, num_key_value_heads=4)
 OPTIONS = {"max_num_seqs": 4, "max_num_batched_tokens": 64}
+EAGER = {"compiled": False}     # the scheduler and accounting tests: eager measurement is quicker to build
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +30,7 @@ def requests():
 @pytest.mark.parametrize("target", ["trn2", "h100"])
 def test_serve_tiny_llama(target, requests):
     result = wb.serve(TINY, requests, target=target, tp=2, replicas=2, slo={"ttft_s": 1.0, "tpot_s": 1.0},
-                      **OPTIONS)
+                      **OPTIONS, **EAGER)
     s = result.summary
     assert (s["completed"], s["rejected"], len(result.requests)) == (30, 0, 30)
     assert s["goodput_requests_per_s"] == s["requests_per_s"] > 0          # a generous SLO: every request
@@ -41,7 +43,7 @@ def test_serve_tiny_llama(target, requests):
     assert (timeline["batch_size"] <= OPTIONS["max_num_seqs"]).all()
     assert (timeline["prefill_tokens"] + timeline["decode_tokens"] <= OPTIONS["max_num_batched_tokens"]).all()
     # the first request meets an idle replica: its TTFT is the model's prefill of its prompt
-    costs = iteration_costs(TINY, target, 2, _config(result))
+    costs = iteration_costs(TINY, target, 2, _config(result), **EAGER)
     first = result.requests.iloc[0]
     assert first["ttft_s"] == pytest.approx(costs(Iteration(((int(first["prompt_tokens"]), 0),))))
     usd = price(target).usd_per_device_hour * 4 * s["duration_s"] / 3600
@@ -56,7 +58,7 @@ def _config(result):
 
 
 def test_kv_cache_gets_memory_minus_weights_and_activations(requests):
-    result = wb.serve(TINY, requests[:3], target="h100", tp=2, check=False, **OPTIONS)
+    result = wb.serve(TINY, requests[:3], target="h100", tp=2, check=False, **OPTIONS, **EAGER)
     shape = model_shape(TINY)
     free = (wb.target("h100").hbm_bytes * 0.9 - shape.num_params * 2 / 2
             - activation_bytes(shape, 2, 64, 4))
@@ -65,7 +67,7 @@ def test_kv_cache_gets_memory_minus_weights_and_activations(requests):
 
 
 def test_layers_extrapolate_and_tp_adds_two_all_reduces_per_layer():
-    costs = IterationCosts(TINY, "trn2", tp=2, max_num_seqs=2, token_budget=32, max_model_len=64)
+    costs = IterationCosts(TINY, "trn2", tp=2, max_num_seqs=2, token_budget=32, max_model_len=64, **EAGER)
     whole = build_timing_only(shard_config(TINY, 2))                  # all 4 layers of one device's share
     costs._models[4] = whole            # measured directly beside the 1- and 2-layer builds
     direct = costs._forward_s(4, 2, 20, 1)
@@ -79,21 +81,19 @@ def test_serve_needs_a_causal_lm_config():
         wb.serve(torch.nn.Linear(4, 4), [(0.0, 4, 4)], target="trn2")
 
 
-def test_folded_decode_attention_computes_what_hugging_face_computes():
-    from transformers import LlamaForCausalLM
-
-    from workbench.serving.attention import register
-    torch.manual_seed(0)
-    reference = LlamaForCausalLM(TINY).eval()
-    folded = LlamaForCausalLM._from_config(TINY, attn_implementation=register()).eval()
-    folded.load_state_dict(reference.state_dict())
-    prompt, step = torch.randint(0, 1024, (2, 7)), torch.randint(0, 1024, (2, 1))
-    with torch.no_grad():
-        outs = []
-        for model in (reference, folded):
-            first = model(prompt, use_cache=True)
-            outs.append(model(step, past_key_values=first.past_key_values).logits)
-    torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-4)
+@pytest.mark.parametrize("new", [1, 8])
+def test_measured_attention_reads_the_cache_once_per_kv_head(new):
+    """A decode step and a prefill chunk over the slot cache, as measured: Hugging Face's SDPA
+    attention takes the device's fused grouped-query op (K/V unrepeated), not the math path."""
+    model = build_timing_only(TINY)
+    with torch.neuron.timing_only():
+        cache = slot_cache(model.config, 2, 40 if new == 1 else 0, new, torch.bfloat16)
+        ids = torch.zeros(2, new, dtype=torch.long, device="neuron")
+    with torch.no_grad(), wb.profile(timing_only=True) as prof:
+        model(ids, past_key_values=cache, logits_to_keep=1)
+    names = list(prof.ops["name"])
+    assert names.count("aten::_scaled_dot_product_fused_attention_overrideable") == TINY.num_hidden_layers
+    assert not {"aten::_softmax", "aten::_safe_softmax", "aten::bmm", "aten::clone"} & set(names)
 
 
 def test_static_kv_cache_reads_whole_slots_and_caps_the_batch_at_the_slots_that_fit(requests):
@@ -112,3 +112,34 @@ def test_static_kv_cache_reads_whole_slots_and_caps_the_batch_at_the_slots_that_
         assert seconds == pytest.approx(costs(Iteration((), (256,) * batch)))
     with pytest.raises(ValueError, match="kv_cache must be 'paged' or 'static'"):
         wb.serve(TINY, requests, target="h100", kv_cache="dense")
+
+
+def _small_grid(target: str, compiled: bool) -> IterationCosts:
+    """Prefill of 16 tokens, decode of one sequence at 16, 32 and 64 tokens of context."""
+    return IterationCosts(TINY, target, max_num_seqs=1, token_budget=16, max_model_len=64, compiled=compiled)
+
+
+@pytest.mark.parametrize("target", ["trn2", "h100"])
+def test_compiled_iteration_has_weights_laid_out_and_beats_eager(target):
+    """A compiled decode step, as a serving engine runs it: no weight relayouts (done once, at the
+    compile call before the timed one); it costs less than the eager op stream."""
+    from workbench.session import ProfileSession
+    compiled, eager = _small_grid(target, True), _small_grid(target, False)
+    assert compiled.decode_direct(1, 32) < eager.decode_direct(1, 32)
+    with torch.no_grad():                  # as measured: this shape is compiled and warm now
+        ops = compiled._profiled(1, 1, 31, 1).ops
+    assert not ops["name"].str.startswith("layout_").any()
+    compiled.release()
+    eager.release()
+
+
+@pytest.mark.slow
+def test_compiled_grid_keeps_a_graph_per_shape_past_dynamos_recompile_limit():
+    """Six shapes x two builds (twelve graphs of one forward, past Dynamo's limit of eight): every
+    measurement is compiled, and interpolation still matches direct simulation."""
+    from backend.compile import compiled_graphs
+    before = len(compiled_graphs())
+    costs = _small_grid("trn2", True).build()
+    rows = costs.check()
+    assert len(compiled_graphs()) - before == 2 * len(costs.measurements) == 12
+    assert all(abs(r["error_percent"]) < 10 for r in rows)

@@ -13,7 +13,7 @@ def test_sweep_rows_and_cheapest_configuration():
     grid = {"rate_per_s": [20.0, 200.0], "target": ["h100", "v6e"], "tp": [1], "replicas": [1, 2]}
     frame = wb.serve_sweep(TINY, grid, requests={"count": 20, "prompt_tokens": 32, "output_tokens": 8},
                            slo={"ttft_s": 0.01}, parallel=False, progress=False, max_num_seqs=4,
-                           max_num_batched_tokens=64, check=False)
+                           max_num_batched_tokens=64, check=False, compiled=False)
     assert len(frame) == 8
     assert list(frame[["rate_per_s", "target", "replicas"]].itertuples(index=False, name=None))[:4] == [
         (20.0, "h100", 1), (20.0, "h100", 2), (20.0, "v6e", 1), (20.0, "v6e", 2)]
@@ -31,7 +31,7 @@ def test_a_configuration_that_does_not_fit_is_a_row_with_the_reason():
                       num_attention_heads=32, num_key_value_heads=32)      # 13.5 GB of bf16 weights
     frame = wb.serve_sweep(big, {"rate_per_s": [1.0], "target": ["trn2"], "tp": [1]},
                            requests={"count": 2, "prompt_tokens": 16, "output_tokens": 2}, parallel=False,
-                           progress=False, check=False)
+                           progress=False, check=False, compiled=False)
     assert "no memory left for the KV cache" in frame["error"][0]
     assert wb.serving.cheapest(frame, min_slo_attainment=0.0).empty
 

@@ -7,6 +7,15 @@ timing_only=True)``. Two builds, of one and two layers, give the cost of a layer
 (embedding, final norm, LM head on the last token): ``T(L) = T(1) + (L - 1) * (T(2) - T(1))``, so a
 70B model needs no more host memory or time than two of its layers.
 
+Serving engines run compiled graphs, and so does the measurement by default (``compiled=True``):
+the forward goes through ``torch.compile(backend="neuron")`` (one graph per iteration shape,
+static shapes, as NxD Inference and vLLM-neuron compile a graph per bucket), is called once to
+compile it and lay the weights out for TensorE (the relayout a serving engine does at load), and
+the second call is timed: on a NeuronCore one launch per iteration (one NEFF); on a GPU each
+of the graph's kernels is launched, from a CUDA graph for decode steps (vLLM captures its decode
+batch sizes; prefills launch kernel by kernel). A TPU's timing is the compiled whole-graph path
+already. ``compiled=False`` times the eager op stream instead.
+
 Tensor parallelism: each device runs :func:`shard_config`'s share (heads, KV heads, MLP and
 vocabulary split ``tp`` ways) and every layer adds two all-reduces of the iteration's hidden
 states (after attention and after the MLP, as Megatron and vLLM do), priced by
@@ -25,10 +34,12 @@ import gc
 import logging
 import time
 from bisect import bisect_right
+from contextlib import contextmanager
 from functools import lru_cache
 
 import torch
 
+from backend.sim import hardware_kinds
 from backend.sim.collectives import collective_cost
 from backend.sim.presets import get_target
 from backend.sim.serving import Iteration
@@ -55,6 +66,16 @@ def tp_topology(target, tp: int):
     if config.kind == "gpu":
         return get_topology(config.name.split("/")[0])
     return per_core(config.name.split("/")[0].split("*")[0], config)
+
+
+@contextmanager
+def _one_graph_per_shape():
+    """Dynamo keeps a compiled graph for every iteration shape measured: one per shape is the
+    point (its default limit of 8 recompiles per function would run the rest eagerly)."""
+    import torch._dynamo
+    unlimited = 1 << 20
+    with torch._dynamo.config.patch(recompile_limit=unlimited, accumulated_recompile_limit=unlimited):
+        yield
 
 
 def _powers(low: int, high: int) -> list[int]:
@@ -87,10 +108,11 @@ class IterationCosts:
 
     def __init__(self, model_or_config, target: str = "trn2", *, tp: int = 1, max_num_seqs: int = 256,
                  token_budget: int = 2048, max_model_len: int = 8192, chunked_prefill: bool = False,
-                 dtype: torch.dtype = torch.bfloat16):
+                 dtype: torch.dtype = torch.bfloat16, compiled: bool = True):
         self.shape = model_shape(model_or_config, dtype)
         self.target, self.tp, self.dtype = get_target(target).name, tp, dtype
         self.device = device_of(target)
+        self.compiled = compiled and not hardware_kinds.for_device(self.device).compiled_timing
         self.topology = tp_topology(target, tp) if tp > 1 else None
         self._configs = {k: shard_config(model_or_config, tp, k) for k in sorted({1, min(2, self.shape.num_layers)})}
         self._models: dict = {}       # built while measuring, released after (they hold simulated HBM)
@@ -112,22 +134,43 @@ class IterationCosts:
             self._models[layers] = build_timing_only(self._configs[layers], self.dtype)
         return self._models[layers]
 
+    def _runner(self, layers: int):
+        """What runs a forward: the model, or its compiled graph (``compiled``)."""
+        if not self.compiled:
+            return self._model(layers)
+        key = ("compiled", layers)
+        if key not in self._models:
+            self._models[key] = torch.compile(self._model(layers), backend="neuron", dynamic=False)
+        return self._models[key]
+
     def release(self) -> None:
         """Drop the measurement models: timing-only tensors hold no host memory but do hold the
         simulated device's, which the next model measured in this session needs."""
         self._models.clear()
         gc.collect()
 
-    def _forward_s(self, layers: int, batch: int, cached: int, new: int) -> float:
-        import workbench as wb
-        model = self._model(layers)
+    def _forward(self, layers: int, batch: int, cached: int, new: int) -> None:
+        """One forward of ``batch`` sequences, ``new`` tokens each over ``cached`` ones."""
         with torch.neuron.timing_only():
-            cache = slot_cache(model.config, batch, cached, new, self.dtype)
+            cache = slot_cache(self._model(layers).config, batch, cached, new, self.dtype)
             ids = torch.zeros(batch, new, dtype=torch.long, device="neuron")
-        with torch.no_grad(), wb.profile(device=self.device, target=self.target, timing_only=True,
-                                         source=False) as prof:
-            model(ids, past_key_values=cache, logits_to_keep=1)
-        return prof.summary["total_time"]
+        self._runner(layers)(ids, past_key_values=cache, logits_to_keep=1)
+
+    def _profiled(self, layers: int, batch: int, cached: int, new: int):
+        from workbench.session import ProfileSession
+        self._runner(layers)        # built outside the profile: its weights' initialisation is not an iteration
+        session = ProfileSession(self.device, self.target, source=False, timing_only=True)
+        with session as prof:
+            if self.compiled and new == 1 and hasattr(session.sink, "graph_replay"):
+                session.sink.graph_replay = True        # a GPU's decode step replays a CUDA graph
+            self._forward(layers, batch, cached, new)
+        return prof
+
+    def _forward_s(self, layers: int, batch: int, cached: int, new: int) -> float:
+        with torch.no_grad(), _one_graph_per_shape():
+            if self.compiled:     # compile this shape for the target; the weight layouts are paid here, once
+                self._profiled(layers, batch, cached, new)
+            return self._profiled(layers, batch, cached, new).summary["total_time"]
 
     def allreduce_s(self, tokens: int) -> float:
         """The tensor-parallel all-reduces of one iteration of ``tokens`` tokens, all layers."""
@@ -138,8 +181,8 @@ class IterationCosts:
 
     def slot_tokens(self) -> int:
         """The most cached tokens (batch x context) a measurement holds: 70% of what the simulated
-        device holding the model's buffers has free, per token one layer's KV and the copies
-        attention makes of it (grouped-query K and V repeated per query head, in fp32)."""
+        device holding the model's buffers has free, per token one layer's KV and the copy a
+        masked prefill chunk makes of it (Hugging Face's ``repeat_kv``, K and V per query head)."""
         if self._slot_tokens is None:
             free = torch.neuron.mem_get_info()[0]
             target = get_target(self.target)
@@ -147,7 +190,7 @@ class IterationCosts:
                 free = min(free, target.hbm_bytes - torch.neuron.memory_allocated())
             self._model(1)
             config = self._configs[1]
-            copies = 1 + 4 * config.num_attention_heads // config.num_key_value_heads
+            copies = 1 + config.num_attention_heads // config.num_key_value_heads
             self._slot_tokens = int(0.7 * free // (copies * slot_bytes_per_token(config, self.dtype)))
         return self._slot_tokens
 

@@ -79,14 +79,14 @@ def shard_config(model_or_config, tp: int = 1, num_layers: int | None = None):
 
 def build_timing_only(config, dtype: torch.dtype = torch.bfloat16):
     """The model of ``config`` on ``neuron`` in timing-only mode (shapes, no values, no host
-    memory), its decode attention as a serving kernel runs it (``workbench.serving.attention``)."""
+    memory), with Hugging Face's SDPA attention (grouped-query attention reads each KV head once
+    on the device, as serving kernels do)."""
     from transformers import AutoModelForCausalLM
 
-    from workbench.serving.attention import register
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device("neuron"), torch.neuron.timing_only():
-            return AutoModelForCausalLM.from_config(config, attn_implementation=register()).eval()
+            return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
     finally:
         torch.set_default_dtype(previous)

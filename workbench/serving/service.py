@@ -102,12 +102,13 @@ def _model_len(reqs: list[Request]) -> int:
     return max(256, 1 << math.ceil(math.log2(longest)))
 
 
-def iteration_costs(model_or_config, target: str, tp: int, config: SchedulerConfig):
+def iteration_costs(model_or_config, target: str, tp: int, config: SchedulerConfig, compiled: bool = True):
     """The (cached) iteration costs of a model on ``target`` for ``config``'s batch shapes:
-    ``IterationCosts`` for a causal LM, ``EncoderDecoderCosts`` for a Whisper-style model."""
+    ``IterationCosts`` for a causal LM, ``EncoderDecoderCosts`` for a Whisper-style model (timed eagerly).
+    ``compiled``: a causal LM's iterations as compiled graphs (False: the eager op stream)."""
     model_config = _config_of(model_or_config)
     key = (model_config.to_json_string(), get_target(target).name, tp, config.max_num_seqs, config.token_budget,
-           config.max_model_len, config.enable_chunked_prefill, config.encoder_budget)
+           config.max_model_len, config.enable_chunked_prefill, config.encoder_budget, compiled)
     if key not in _COSTS:
         if is_encoder_decoder(model_config):
             _COSTS[key] = EncoderDecoderCosts(model_config, target, tp=tp, max_num_seqs=config.max_num_seqs,
@@ -115,7 +116,7 @@ def iteration_costs(model_or_config, target: str, tp: int, config: SchedulerConf
         else:
             _COSTS[key] = IterationCosts(model_config, target, tp=tp, max_num_seqs=config.max_num_seqs,
                                          token_budget=config.token_budget, max_model_len=config.max_model_len,
-                                         chunked_prefill=config.enable_chunked_prefill)
+                                         chunked_prefill=config.enable_chunked_prefill, compiled=compiled)
     return _COSTS[key].build()
 
 
@@ -147,6 +148,7 @@ def _prices(summary: dict, target: str, devices: int) -> dict:
 def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, replicas: int = 1,
           scheduler: str | SchedulerConfig = "vllm", slo=None, gpu_memory_utilization: float = 0.9,
           num_gpu_blocks: int | None = None, check: bool = True, band: bool = False, kv_cache: str = "paged",
+          compiled: bool = True,
           **scheduler_options) -> ServingResult:
     """Serve ``requests`` with ``model_or_config`` (a Hugging Face causal LM or its config) on
     ``replicas`` replicas of ``tp`` devices of ``target``.
@@ -167,6 +169,8 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
     ``band``: error bands, as profiles have them (``workbench.serving.bands``): the summary gains
     ``<metric>_low`` / ``<metric>_high`` for latencies, throughputs and prices, ``.bands`` one row
     per iteration kind (seconds on GPU / TPU targets, about a minute per iteration kind on trn).
+    ``compiled``: time iterations as compiled graphs, as serving engines run them (False: the
+    eager op stream).
     """
     started = time.perf_counter()
     model_config = _config_of(model_or_config)
@@ -187,7 +191,7 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
     if speech and config.enable_chunked_prefill:
         raise ValueError("chunked prefill is not supported for encoder-decoder models (as in vLLM); "
                          "use scheduler='vllm'")
-    costs = iteration_costs(model_or_config, target, tp, config)
+    costs = iteration_costs(model_or_config, target, tp, config, compiled)
     shape, batch_tokens = costs.shape, config.token_budget
     if speech:
         reqs = audio_windows(reqs, costs.window_s, costs.encoder_tokens)
@@ -227,6 +231,7 @@ def serve(model_or_config, requests, *, target: str = "trn2", tp: int = 1, repli
                     "model_kind": "encoder-decoder" if speech else "causal-lm",
                     "scheduler": "chunked_prefill" if config.enable_chunked_prefill else "continuous_batching",
                     "kv_cache": kv_cache, "max_num_seqs": config.max_num_seqs,
+                    "compiled": getattr(costs, "compiled", False),
                     "num_gpu_blocks": num_gpu_blocks, "kv_cache_tokens": num_gpu_blocks * config.block_size,
                     "slo": json.dumps(dict(slo or {})), "iteration_shapes_measured": len(costs.measurements),
                     "host_time_s": time.perf_counter() - started})

@@ -290,7 +290,10 @@ struct NeuronGuard final : c10::impl::DeviceGuardImplInterface {
 // -- CPU's own conditions, as ATen's select_sdp_backend_cpp checks them (sdpa_kernel settings,
 // no dropout, dense 4-D inputs, a mask needing no gradient, equal head dims, unit last-dim
 // strides, non-empty sequences, matching batch and heads) -- so the host runs the kernel CPU
-// runs; everything else takes the math path, as on CPU.
+// runs; everything else takes the math path, as on CPU. One difference: grouped-query attention
+// (enable_gqa, query heads a multiple of the key/value heads) also takes the fused op, with K and
+// V as given, as Neuron's flash kernels read each KV head once for its group of query heads;
+// CPU's flash kernel has no GQA, so the host kernel repeats K/V for it (host_kernels.py).
 int64_t neuron_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                           const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                           std::optional<double> scale, bool enable_gqa) {
@@ -321,7 +324,10 @@ int64_t neuron_sdp_choice(const at::Tensor& query, const at::Tensor& key, const 
   }
   const bool same_batch = query.sym_size(0) == key.sym_size(0) && query.sym_size(0) == value.sym_size(0);
   const bool same_heads = query.sym_size(1) == key.sym_size(1) && query.sym_size(1) == value.sym_size(1);
-  if (!same_batch || !same_heads) {
+  // ATen's check_grouped_query_attention: equal K and V heads dividing the query heads
+  const bool grouped = enable_gqa && key.sym_size(1) == value.sym_size(1) && key.sym_size(1) > 0 &&
+                       query.sym_size(1) % key.sym_size(1) == 0;
+  if (!same_batch || !(same_heads || grouped)) {
     return math;
   }
   return static_cast<int64_t>(sdp::SDPBackend::overrideable);

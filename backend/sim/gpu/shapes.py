@@ -50,9 +50,13 @@ def _conv_shape(record: OpRecord) -> GemmShape:
 
 def _attention_shape(record: OpRecord, first: int) -> GemmShape:
     # FlashAttention: a CTA owns a block of query rows (M = Lq) for one head and loops over
-    # keys (K = Lk), producing [Lq, Dv] (N = Dv); the two products are work_scale ~2.
+    # keys (K = Lk), producing [Lq, Dv] (N = Dv); the two products are work_scale ~2. With
+    # grouped-query attention and no causal mask, a KV head's group of query heads packs into
+    # one block of rows (FlashAttention's and FlashInfer's decode GQA packing).
     q, k, v = (t.shape for t in record.inputs[first:first + 3])
-    return GemmShape(q[-2], v[-1], k[-2], prod(q[:-2]))
+    heads, kv_heads = prod(q[:-2]), max(1, prod(k[:-2]))
+    group = 1 if record.attrs.get("is_causal", False) else max(1, heads // kv_heads)
+    return GemmShape(q[-2] * group, v[-1], k[-2], heads // group)
 
 
 def gemm_shape(record: OpRecord) -> GemmShape | None:
