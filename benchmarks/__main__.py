@@ -9,6 +9,7 @@ BENCHMARKS = (
     "benchmarks.gpu_gemm",          # GPU cost model: bf16 GEMM TFLOP/s and copy bandwidth
     "benchmarks.fidelity",          # simulator vs published Trainium results; sim speed
     "benchmarks.timing_only",       # Llama-3.2-1B-shaped fwd+bwd without values: host s, peak RSS
+    "benchmarks.ddp_what_if",       # ViT-B/16 under DDP on a 32-rank fake world, timing-only: host s
     "benchmarks.serving_bench",     # 1,000 requests through wb.serve on h100 and trn2: host s, peak RSS
 )
 
