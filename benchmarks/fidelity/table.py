@@ -66,6 +66,8 @@ def _timed(name: str, run: Callable[[NeuronConfig], float], target: NeuronConfig
     return Row(name, band.nominal_ns, published_ns, band, note + scaleout.dominant_note(band))
 
 
+_SEE_NAIVE = "the per-queue transfer rate behind the published loads: see the naive tiled row"
+
 # Published latencies of the tutorial's kernels on one trn1 core (matrix_multiplication tutorial table).
 _TUTORIAL_PUBLISHED_NS = {"naive tiled": 51.80e6, "hoisted loads": 42.96e6, "M/N blocking": 22.07e6,
                           "fully optimised": 6.97e6}
