@@ -58,8 +58,9 @@ class Origin:
 
 
 def _storage(host):
-    # Tracer tensors (torch.compile's fake and functional tensors) carry no storage to mark.
-    return host.untyped_storage() if host.__class__ is torch.Tensor else None
+    # Tracer tensors (torch.compile's fake and functional tensors) and sparse layouts carry no
+    # storage to mark.
+    return host.untyped_storage() if host.__class__ is torch.Tensor and host.layout is torch.strided else None
 
 
 def _mark(hosts, source: Origin) -> None:

@@ -118,7 +118,7 @@ def _forward(case: Trn2Case, layers: int, cached: int, new: int, *, laid_out: bo
     if fused:
         AttentionInterface.register(_FUSED, _fused_attention)
         model.config._attn_implementation = _FUSED
-    with torch.neuron.timing_only():
+    with torch.neuron.timing_only(values_up_to=0):
         if laid_out:
             _lay_out_weights(model)
         cache = slot_cache(model.config, case.batch, cached, new, torch.bfloat16)
@@ -162,7 +162,7 @@ def _outside_tp_region_s(case: Trn2Case, tokens: int) -> float:
     import workbench as wb
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-    with torch.device("neuron"), torch.neuron.timing_only():
+    with torch.device("neuron"), torch.neuron.timing_only(values_up_to=0):
         norm = LlamaRMSNorm(case.sizes["hidden_size"]).to(torch.bfloat16)
         h = torch.empty(case.batch, tokens, case.sizes["hidden_size"], dtype=torch.bfloat16)
     with torch.no_grad(), wb.profile(device="neuron", target=case.target, timing_only=True, source=False) as prof:

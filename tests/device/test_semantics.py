@@ -211,3 +211,14 @@ def test_a_compressed_sparse_tensor_is_refused_with_a_clear_error(neuron):
     # A wrapper tensor with a CSR layout could be built but not even asked for its layout.
     with pytest.raises(RuntimeError, match="torch.sparse_csr tensors are not supported on the neuron"):
         torch.eye(2, device=neuron).to_sparse_csr()
+
+
+def test_a_sparse_tensor_op_runs_after_a_fake_world_marked_values(neuron):
+    """Once any storage was marked as holding no values, every op checks its inputs' storages:
+    a sparse COO input has none to check, and the op still runs."""
+    from backend.device import fake_values
+    marked = torch.ones(4, device="neuron")
+    fake_values.mark([marked._inner], "all_reduce", 8)
+    sparse = torch.sparse_coo_tensor([[0, 1], [1, 0]], [2.0, 3.0], (2, 2))
+    on_device = sparse.to("neuron")
+    torch.testing.assert_close((on_device + on_device).cpu().to_dense(), (sparse + sparse).to_dense())

@@ -138,6 +138,7 @@ def test_compiled_grid_keeps_a_graph_per_shape_past_dynamos_recompile_limit():
     """Six shapes x two builds (twelve graphs of one forward, past Dynamo's limit of eight): every
     measurement is compiled, and interpolation still matches direct simulation."""
     from backend.compile import compiled_graphs
+    torch._dynamo.reset()           # shapes an earlier test compiled would be reused, not compiled
     before = len(compiled_graphs())
     costs = _small_grid("trn2", True).build()
     rows = costs.check()

@@ -36,7 +36,7 @@ _BANDS: dict = {}       # id of a cost model -> its part bands (cost models live
 
 def _profile(device: str, target: str, fn):
     import workbench as wb
-    with torch.no_grad(), wb.profile(device=device, target=target, timing_only=True, source=False) as prof:
+    with torch.no_grad(), torch.neuron.timing_only(values_up_to=0), wb.profile(device=device, target=target, timing_only=True, source=False) as prof:
         fn()
     return prof
 
@@ -50,7 +50,7 @@ def _causal_profiles(costs, model_config) -> dict:
               "decode": (min(8, costs.decode_batches[-1]), costs.decode_contexts[1] - 1, 1)}
     profiles = {}
     for kind, (batch, cached, new) in shapes.items():
-        with torch.neuron.timing_only():
+        with torch.neuron.timing_only(values_up_to=0):
             cache = slot_cache(config, batch, cached, new, costs.dtype)
             ids = torch.zeros(batch, new, dtype=torch.long, device="neuron")
         profiles[kind] = _profile(costs.device, costs.target,

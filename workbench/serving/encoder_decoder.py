@@ -110,7 +110,7 @@ def build_speech_model(config, tp: int = 1, dtype: torch.dtype = torch.bfloat16)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        with torch.device("neuron"), torch.neuron.timing_only():
+        with torch.device("neuron"), torch.neuron.timing_only(values_up_to=0):
             model = AutoModelForSpeechSeq2Seq.from_config(config, attn_implementation="sdpa").eval()
             if tp > 1:
                 for module in list(model.modules()):
@@ -158,7 +158,7 @@ class EncoderDecoderCosts:
 
     def _profile(self, fn):
         import workbench as wb
-        with torch.no_grad(), wb.profile(device=self.device, target=self.target, timing_only=True,
+        with torch.no_grad(), torch.neuron.timing_only(values_up_to=0), wb.profile(device=self.device, target=self.target, timing_only=True,
                                          source=False) as prof:
             fn()
         return prof
@@ -170,7 +170,7 @@ class EncoderDecoderCosts:
 
     def encoder_profile(self, layers: int, windows: int):
         model, c = self._model(layers), self._configs[layers]
-        with torch.neuron.timing_only():
+        with torch.neuron.timing_only(values_up_to=0):
             features = torch.empty(windows, c.num_mel_bins, 2 * self.encoder_tokens, dtype=self.dtype,
                                    device="neuron")
         return self._profile(lambda: model.model.encoder(features))
@@ -180,7 +180,7 @@ class EncoderDecoderCosts:
         ``cached == 0`` the pass also computes the cross-attention K/V (admission)."""
         from transformers.cache_utils import EncoderDecoderCache
         model, heads = self._model(layers), self._heads(layers)
-        with torch.neuron.timing_only():
+        with torch.neuron.timing_only(values_up_to=0):
             frames = torch.empty(batch, self.encoder_tokens, self.config.d_model, dtype=self.dtype, device="neuron")
             ids = torch.zeros(batch, new, dtype=torch.long, device="neuron")
             admitting = cached == 0

@@ -151,7 +151,7 @@ class IterationCosts:
 
     def _forward(self, layers: int, batch: int, cached: int, new: int) -> None:
         """One forward of ``batch`` sequences, ``new`` tokens each over ``cached`` ones."""
-        with torch.neuron.timing_only():
+        with torch.neuron.timing_only(values_up_to=0):
             cache = slot_cache(self._model(layers).config, batch, cached, new, self.dtype)
             ids = torch.zeros(batch, new, dtype=torch.long, device="neuron")
         self._runner(layers)(ids, past_key_values=cache, logits_to_keep=1)
@@ -160,7 +160,8 @@ class IterationCosts:
         from workbench.session import ProfileSession
         self._runner(layers)        # built outside the profile: its weights' initialisation is not an iteration
         session = ProfileSession(self.device, self.target, source=False, timing_only=True)
-        with session as prof:
+        # No tensor keeps values (not even masks and ids): a compiled graph then sees inputs alike.
+        with torch.neuron.timing_only(values_up_to=0), session as prof:
             if self.compiled and new == 1 and hasattr(session.sink, "graph_replay"):
                 session.sink.graph_replay = True        # a GPU's decode step replays a CUDA graph
             self._forward(layers, batch, cached, new)

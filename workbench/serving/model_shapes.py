@@ -86,7 +86,7 @@ def build_timing_only(config, dtype: torch.dtype = torch.bfloat16):
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        with torch.device("neuron"), torch.neuron.timing_only():
+        with torch.device("neuron"), torch.neuron.timing_only(values_up_to=0):
             return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
     finally:
         torch.set_default_dtype(previous)
