@@ -86,9 +86,11 @@ def lora_llama(config: LlamaConfig | str = "Llama-3.1-8B", lora: Lora = Lora(r=1
 
 
 def training_step_workload(model: nn.Module, batch: dict, loss: Callable, compiled: bool, target: str):
-    """(workload, target, graph breaks) of one steady-state step: forward, loss, backward, fused
-    AdamW over the trainable parameters; ``compiled`` runs the step's two parts (forward+backward,
-    optimizer) through ``torch.compile(backend="neuron")``."""
+    """(workload, target, graph breaks) of one steady-state step as a training loop writes it:
+    ``optimizer.zero_grad()`` (gradients set to None, PyTorch's default, so backward writes fresh
+    gradients instead of adding into old ones), forward, loss, backward, fused AdamW over the
+    trainable parameters; ``compiled`` runs the step's two parts (forward+backward, optimizer)
+    through ``torch.compile(backend="neuron")``."""
     from torch._dynamo.utils import counters
 
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -104,9 +106,11 @@ def training_step_workload(model: nn.Module, batch: dict, loss: Callable, compil
         step = torch.compile(optimizer.step, backend="neuron")
     else:
         step = optimizer.step
+    optimizer.zero_grad()
     forward_backward(batch)
     step()
     with profile(target=target, source=False) as prof:
+        optimizer.zero_grad()
         forward_backward(batch)
         step()
     breaks = dict(counters["graph_break"]) if compiled else {}

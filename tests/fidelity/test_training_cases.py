@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 from benchmarks.fidelity import models
 from benchmarks.fidelity.cases import LORA_PUBLISHED_NS, TRAINING_CASES
@@ -41,3 +42,17 @@ def test_eager_and_compiled_rows_time_the_same_module():
     runs = models.step_runs(models.lora_llama(TINY, seq=64), "trn1")
     assert 0 < runs.compiled_ops < runs.eager_ops
     assert runs.eager(runs.target) > 0 and runs.compiled(runs.target) > 0
+
+
+def test_the_timed_step_starts_from_zeroed_gradients_as_a_training_loop_does():
+    """``optimizer.zero_grad()`` sets gradients to None, so the timed backward writes each weight's
+    gradient once; without it every step would add into the last step's (an extra read-modify-write
+    of every gradient that no training loop pays)."""
+    model = nn.Sequential(nn.Linear(64, 64, bias=False), nn.ReLU(), nn.Linear(64, 64, bias=False)).to("neuron")
+    batch = {"x": torch.randn(8, 64, device="neuron")}
+    workload, _, _ = models.training_step_workload(model, batch, lambda m, b: m(b["x"]).sum(), compiled=False,
+                                                   target="trn1")
+    accumulations = [r for r in workload if r.name in ("aten::add_", "aten::add") and
+                     any(tuple(t.shape) == (64, 64) for t in r.inputs)]
+    assert accumulations == []
+    assert sum(r.name == "aten::mm" for r in workload) == 5      # 2 forward, 3 backward (no input grad)
