@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test test-fast bench fidelity opinfo clean
+.PHONY: lab test test-fast bench fidelity fidelity-check opinfo clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,17 +25,22 @@ $(STAMP): pyproject.toml Makefile
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/01_quickstart.ipynb
 
+# Every test but the long sweeps (`fidelity-check`), which CI runs after this.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not sweep"
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m "not slow and not browser"
+	$(PY) -m pytest -q -n 2 -m "not slow and not browser and not sweep"
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
 
 fidelity: $(STAMP)
 	$(PY) -m benchmarks.fidelity
+
+# Recompute the fidelity table and fail when a ratio moved without docs/fidelity.json moving (~8 min).
+fidelity-check: $(STAMP)
+	$(PY) -m pytest -q -m sweep tests/fidelity/test_fidelity_table.py
 
 # Every OpInfo op on neuron against CPU (fp32, fp32 gradients, bf16); prints match rates.
 opinfo: $(STAMP)
