@@ -21,9 +21,10 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 
 __all__ = ["Remat", "named", "NAMES"]
 
-# The names a Llama decoder layer marks (MaxText's names where it has one).
-NAMES = frozenset({"input_norm", "query_proj", "key_proj", "value_proj", "rope", "attention", "out_proj",
-                   "post_norm", "mlp_gate", "mlp_up", "mlp_act", "mlp_down"})
+# The names a Llama decoder layer marks (MaxText's names where it has one; the fused projections
+# of a tensor-parallel layer, ``qkv_proj`` and ``mlp_gate_up``, after NxD's modules).
+NAMES = frozenset({"input_norm", "query_proj", "key_proj", "value_proj", "qkv_proj", "rope", "attention", "out_proj",
+                   "post_norm", "mlp_gate", "mlp_up", "mlp_gate_up", "mlp_act", "mlp_down"})
 
 _CURRENT: ContextVar[str | None] = ContextVar("workbench_remat_name", default=None)
 
