@@ -87,14 +87,16 @@ def _collectives(prof):
     return [r for r in prof.workload if "collective" in r.attrs]
 
 
-def _degree_two_step(layers: int, sequence_parallel: bool, fused: bool = True):
-    """One data-free training step of rank 0 of a 2-rank fake world; returns (model, collective kinds)."""
+def _degree_two_step(layers: int, sequence_parallel: bool, fused: bool = True, remat: Remat | None = None,
+                     values_up_to: int = 0):
+    """One training step of rank 0 of a 2-rank fake world, data-free (tensors of at most ``values_up_to``
+    elements keep values); returns (model, collective kinds)."""
     config = TINY.replace(num_hidden_layers=layers, num_key_value_heads=1)       # one K/V head: replicated
     fake_world(2)
     try:
-        with torch.device("neuron"), torch.neuron.timing_only():
+        with torch.device("neuron"), torch.neuron.timing_only(values_up_to=values_up_to):
             tp = TensorParallel(2, sequence_parallel=sequence_parallel, fuse_qkv=fused, fuse_gate_up=fused)
-            model = Llama(config, dtype=torch.bfloat16, tensor_parallel=tp)
+            model = Llama(config, dtype=torch.bfloat16, tensor_parallel=tp, remat=remat)
             ids = torch.randint(0, config.vocab_size, (1, 16))
             with wb.profile(target="trn2", source=False) as prof:
                 logits = model(ids).float()
@@ -132,3 +134,21 @@ def test_degree_two_block_issues_megatrons_collectives(caplog, fused):
     # linear; reduce-scatter leaving (fwd) and of each column-parallel input gradient (bwd)
     columns = 2 if fused else 5
     assert per_block[True] == {"all_reduce": 0, "all_gather": 2 * columns + 2, "reduce_scatter": 2 + columns}
+
+
+def test_recomputation_reissues_only_the_collectives_of_recomputed_regions(caplog):
+    """Whole-layer recomputation runs the block's forward again, collectives included (as Megatron's
+    full recomputation does); saving the projections keeps their collectives out of the replay."""
+    caplog.set_level(logging.ERROR)
+    plain = _degree_two_step(1, sequence_parallel=True)[1]
+    whole = _degree_two_step(1, sequence_parallel=True, remat=Remat())[1]
+    saving = _degree_two_step(1, sequence_parallel=True, remat=Remat(frozenset({"qkv_proj", "out_proj", "mlp_gate_up",
+                                                                                  "mlp_down"})))[1]
+    assert saving == plain
+    # the block's forward again up to the SwiGLU activation (backward reads nothing of down's output, so the
+    # recomputation stops before it): 2 column-parallel gathers, o_proj's reduce-scatter
+    assert {k: whole.count(k) - plain.count(k) for k in ("all_gather", "reduce_scatter")} == \
+        {"all_gather": 2, "reduce_scatter": 1}
+
+    with pytest.raises(NotImplementedError, match="data-free tensors only"):
+        _degree_two_step(1, sequence_parallel=True, remat=Remat(frozenset({"qkv_proj"})), values_up_to=1 << 20)

@@ -36,6 +36,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from backend.device.timing_only import has_data_free
+from backend.distributed.reporting import host_tensors
+from workbench.models.remat import replaying_saved, saving
+
 __all__ = ["TensorParallel", "ColumnParallelLinear", "RowParallelLinear", "ParallelEmbedding",
            "parallel_cross_entropy", "gather_from_tensor_parallel_region", "tensor_parallel_rank"]
 
@@ -95,9 +99,28 @@ def tensor_parallel_rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 
 
-def _all_reduce(x):
+def _issue(collective, *tensors, **kwargs) -> None:
+    """Issue a ``torch.distributed`` collective on ``tensors``, awaited.
+
+    Under a selective recomputation (``Remat`` saving names) c10d calls bypass the dispatcher
+    that the checkpoint saves and replays ops through. A collective in a saved region is then
+    not issued again when the layer is recomputed: the region's ops hand back what the forward
+    saved, its output buffer included. That holds for data-free (timing-only) tensors, which a
+    collective leaves untouched; with values the collective writes into a buffer the checkpoint
+    saved, which it refuses, so that combination raises."""
+    if saving():
+        if not has_data_free(host_tensors(tensors)[0]):
+            raise NotImplementedError("selective recomputation (Remat saving names) of tensor-parallel layers runs "
+                                      "on data-free tensors only (timing-only mode); use Remat() or no Remat "
+                                      "with values")
+        if replaying_saved():
+            return
+    collective(*tensors, **kwargs)
+
+
+def _all_reduce(x, op=dist.ReduceOp.SUM):
     if _world() > 1:
-        dist.all_reduce(x)
+        _issue(dist.all_reduce, x, op=op)
     return x
 
 
@@ -113,7 +136,7 @@ def _gather_seq(x):
         return x
     local = _seq_first(x)
     out = local.new_empty((local.shape[0] * world, *local.shape[1:]))
-    dist.all_gather_single(out, local)
+    _issue(dist.all_gather_single, out, local)
     return out.movedim(0, 1)
 
 
@@ -126,7 +149,7 @@ def _scatter_seq(x):
     if full.shape[0] % world:
         raise ValueError(f"sequence parallelism splits {full.shape[0]} tokens {world} ways; they must divide")
     out = full.new_empty((full.shape[0] // world, *full.shape[1:]))
-    dist.reduce_scatter_single(out, full)
+    _issue(dist.reduce_scatter_single, out, full)
     return out.movedim(0, 1)
 
 
@@ -186,7 +209,7 @@ class _GatherFromTensorParallel(torch.autograd.Function):
         if world == 1:
             return x
         out = x.new_empty((world, *x.shape))
-        dist.all_gather_single(out, x.contiguous())
+        _issue(dist.all_gather_single, out, x.contiguous())
         return out.movedim(0, -2).reshape(*x.shape[:-1], world * x.shape[-1])
 
     @staticmethod
@@ -268,9 +291,7 @@ class ParallelEmbedding(nn.Module):
 class _ParallelCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target):
-        logits_max = torch.max(logits, dim=-1)[0]
-        if _world() > 1:
-            dist.all_reduce(logits_max, op=dist.ReduceOp.MAX)
+        logits_max = _all_reduce(torch.max(logits, dim=-1)[0], dist.ReduceOp.MAX)
         logits.sub_(logits_max.unsqueeze(dim=-1))
         start = tensor_parallel_rank() * logits.shape[-1]
         target_mask = (target >= start) & (target < start + logits.shape[-1])
