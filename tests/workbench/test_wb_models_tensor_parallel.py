@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import workbench as wb
 from workbench.distributed import fake_world
-from workbench.models import Llama, LlamaConfig, Remat
+from workbench.models import Llama, LlamaConfig, Lora, Remat
 from workbench.models.tensor_parallel import TensorParallel, parallel_cross_entropy
 
 TINY = LlamaConfig("tiny", vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -79,6 +79,8 @@ def test_static_cache_computes_what_the_dynamic_cache_computes():
 def test_a_shard_needs_a_world_of_its_degree():
     with pytest.raises(ValueError, match="needs a default process group of 2 ranks"):
         Llama(TINY, tensor_parallel=TensorParallel(2))
+    with pytest.raises(NotImplementedError, match="LoRA"):
+        Llama(TINY, tensor_parallel=TensorParallel(1), lora=Lora())
     with pytest.raises(ValueError, match="not divisible by the tensor-parallel degree 3"):
         TensorParallel(3).divide(TINY.num_attention_heads, "num_attention_heads")
 

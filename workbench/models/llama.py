@@ -286,6 +286,8 @@ class Llama(nn.Module):
     def __init__(self, config: LlamaConfig | str, *, lora: Lora | None = None, remat: Remat | None = None,
                  dtype: torch.dtype | None = None, tensor_parallel: TensorParallel | None = None):
         super().__init__()
+        if lora is not None and tensor_parallel is not None:
+            raise NotImplementedError("LoRA adapters wrap nn.Linear layers; a tensor-parallel shard has none")
         self.config = llama_config(config) if isinstance(config, str) else config
         self.remat, self.tensor_parallel = remat, tensor_parallel
         self.model = LlamaModel(self.config, dtype, tensor_parallel)
