@@ -1,4 +1,4 @@
-"""The multi-chip fidelity rows' workload: rank 0 of a fake TP world running a Megatron shard."""
+"""The multi-chip fidelity rows' workload: rank 0 of a fake TP world running its shard of the shared Llama."""
 import logging
 
 import pytest
@@ -8,7 +8,9 @@ from backend.sim.collectives import collective_cost
 from backend.lowering.collectives import priced_on
 from benchmarks.fidelity.scaleout import core_topology, tp_llama_records
 
-TINY = dict(tp=4, d=512, heads=4, kv_heads=4, ffn=1024, vocab=1024)
+TINY = dict(tp=4, hidden_size=512, num_attention_heads=4, num_key_value_heads=4, intermediate_size=1024,
+            vocab_size=1024)
+ATTENTION = "aten::_scaled_dot_product_fused_attention_overrideable"        # the device's fused SDPA
 
 
 def _collectives(records):
@@ -20,7 +22,7 @@ def test_train_shard_issues_megatrons_all_reduces_per_block(caplog):
     one, two = (tp_llama_records(n, mode="train", seq=256, **TINY) for n in (1, 2))
     per_block = len(_collectives(two)) - len(_collectives(one))
     assert per_block == 4                                   # attention and MLP, forward and backward
-    assert any(r.outputs[0].shape == (256, 3 * 128) for r in two if r.name == "aten::mm")   # q/k/v: 1 head of 4
+    assert any(r.outputs[0].shape == (256, 3 * 128) for r in two if r.name == "aten::mm")   # fused q/k/v: 1 head of 4
     assert {r.attrs["ranks"] for r in _collectives(two)} == {4}
     assert {r.attrs["nbytes"] for r in _collectives(two) if r.attrs["collective"] == "all_reduce"} \
         >= {256 * 512 * 2}                                  # the bf16 activations of the block
@@ -31,7 +33,7 @@ def test_decode_step_reads_the_kv_cache_and_reduces_twice_per_block(caplog):
     one, two = (tp_llama_records(n, mode="decode", batch=2, context=64, **TINY) for n in (1, 2))
     assert len(_collectives(two)) - len(_collectives(one)) == 2
     assert [r.attrs["collective"] for r in _collectives(one)][-1] == "all_gather"     # vocab-parallel logits
-    attention = [r for r in one if "flash_attention" in r.name]
+    attention = [r for r in one if r.name == ATTENTION]
     assert attention and attention[0].inputs[1].shape == (2, 1, 64, 128)
 
 
@@ -60,26 +62,35 @@ def test_sequence_parallel_swaps_each_all_reduce_for_a_reduce_scatter_and_an_all
     assert {r.attrs["nbytes"] for r in _collectives(two) if r.attrs["collective"] in ("all_gather", "reduce_scatter")} \
         == {256 * 512 * 2}                                  # the full sequence's bf16 activations, gathered or scattered
     norms = [r for r in two if r.name == "aten::rsqrt"]
-    assert norms and all(r.inputs[0].shape == (256 // 4, 1) for r in norms)       # RMSNorm on 1/TP of the tokens
+    assert norms and all(r.inputs[0].shape == (1, 256 // 4, 1) for r in norms)    # RMSNorm on 1/TP of the tokens
 
 
 def test_selective_checkpointing_runs_attention_and_swiglu_forward_again_in_backward(caplog):
     caplog.set_level(logging.ERROR)
     plain, recomputed = (tp_llama_records(1, mode="train", seq=256, selective_checkpoint=r, **TINY) for r in (False, True))
-    for forward in ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::silu"):
+    for forward in (ATTENTION, "aten::silu"):
         assert [r.name for r in plain].count(forward) == 1 and [r.name for r in recomputed].count(forward) == 2
+
+
+def test_selective_checkpointing_issues_no_collective_again(caplog):
+    """The recomputed regions issue none; the projections' gathers and scatters are saved, not replayed."""
+    caplog.set_level(logging.ERROR)
+    kinds = [[r.attrs["collective"] for r in _collectives(tp_llama_records(
+        1, mode="train", seq=256, sequence_parallel=True, selective_checkpoint=c, **TINY))] for c in (False, True)]
+    assert kinds[0] == kinds[1]
 
 
 def test_standard_mixed_precision_norms_in_fp32_and_accumulates_each_gradient_into_fp32(caplog):
     caplog.set_level(logging.ERROR)
     plain, mixed = (tp_llama_records(1, mode="train", seq=256, standard_mixed_precision=m, **TINY) for m in (False, True))
-    assert {r.inputs[0].dtype for r in mixed if r.name == "aten::rsqrt"} == {"float32"}
-    assert {r.inputs[0].dtype for r in plain if r.name == "aten::rsqrt"} == {"bfloat16"}
+    scaled = lambda records: {r.outputs[0].dtype for r in records if r.name == "aten::mul" and (512,) in  # noqa: E731
+                              [i.shape for i in r.inputs]}                 # the norm weight times the normalised rows
+    assert scaled(mixed) == {"float32"} and scaled(plain) == {"bfloat16"}
     accumulated = [r for r in mixed if r.name == "aten::add_" and r.inputs[0].dtype == "float32"]
-    # 4 linear weights and 2 norm weights of the block, the final norm shares one, and the head
+    # 4 linear weights and 2 norm weights of the block, the final norm, the head and the embedding
     assert sorted(r.inputs[0].shape for r in accumulated) == sorted(
-        [(384, 512), (512, 128), (512, 512), (512, 256), (512,), (512,), (256, 512)])
-    assert not [r for r in plain if r.name == "aten::add_"]
+        [(384, 512), (512, 128), (512, 512), (512, 256), (512,), (512,), (512,), (256, 512), (256, 512)])
+    assert not [r for r in plain if r.name == "aten::add_" and r.inputs[0].dtype == "float32"]
 
 
 def test_decode_weights_are_laid_out_at_load_and_training_uses_linear_weights_transposed(caplog):
@@ -87,7 +98,7 @@ def test_decode_weights_are_laid_out_at_load_and_training_uses_linear_weights_tr
     decode = tp_llama_records(1, mode="decode", batch=2, context=64, **TINY)
     train = tp_llama_records(1, mode="train", seq=256, **TINY)
     qkv = lambda records: next(r for r in records if r.name == "aten::mm")      # noqa: E731
-    assert qkv(decode).inputs[1].shape == (512, 384) and qkv(decode).inputs[1].strides == (384, 1)
+    assert qkv(decode).inputs[1].shape == (512, 128) and qkv(decode).inputs[1].strides == (128, 1)   # q alone
     assert qkv(train).inputs[1].shape == (512, 384) and qkv(train).inputs[1].strides == (1, 512)
 
 
@@ -113,10 +124,18 @@ def test_training_loss_is_the_vocab_parallel_cross_entropy_with_three_all_reduce
     assert any(r.name == "aten::div_" and r.inputs[0].shape == (255, 256) for r in records)   # the softmax kept
 
 
-def test_training_rotates_q_and_k_and_decode_leaves_rope_out(caplog):
+def test_training_and_decode_rotate_q_and_k(caplog):
     caplog.set_level(logging.ERROR)
     train = tp_llama_records(1, mode="train", seq=256, **TINY)
     decode = tp_llama_records(1, mode="decode", batch=2, context=64, **TINY)
-    rotated = [r for r in train if r.name == "aten::cat" and r.outputs[0].shape == (1, 1, 256, 128)]
-    assert len(rotated) == 2                                # rotate_half of q and of k
-    assert not [r for r in decode if r.name == "aten::neg"]
+    for records, shape in ((train, (1, 1, 256, 128)), (decode, (2, 1, 1, 128))):
+        rotated = [r for r in records if r.name == "aten::cat" and r.outputs[0].shape == shape]
+        assert len(rotated) == 2                            # rotate_half of q and of k
+
+
+def test_decode_writes_the_new_keys_into_the_static_cache_in_place(caplog):
+    caplog.set_level(logging.ERROR)
+    decode = tp_llama_records(1, mode="decode", batch=2, context=64, **TINY)
+    written = [r for r in decode if r.name == "aten::copy_"]
+    assert [r.inputs[0].shape for r in written] == [(2, 1, 1, 128)] * 2          # K and V of the new token
+    assert not [r for r in decode if r.name == "aten::cat" and r.outputs[0].shape[2:3] == (64,)]

@@ -14,18 +14,43 @@ from __future__ import annotations
 import contextlib
 from contextvars import ContextVar
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-__all__ = ["Remat", "named", "NAMES"]
+__all__ = ["Remat", "named", "NAMES", "saving", "replaying_saved"]
 
-# The names a Llama decoder layer marks (MaxText's names where it has one).
-NAMES = frozenset({"input_norm", "query_proj", "key_proj", "value_proj", "rope", "attention", "out_proj",
-                   "post_norm", "mlp_gate", "mlp_up", "mlp_act", "mlp_down"})
+# The names a Llama decoder layer marks (MaxText's names where it has one; the fused projections
+# of a tensor-parallel layer, ``qkv_proj`` and ``mlp_gate_up``, after NxD's modules).
+NAMES = frozenset({"input_norm", "query_proj", "key_proj", "value_proj", "qkv_proj", "rope", "attention", "out_proj",
+                   "post_norm", "mlp_gate", "mlp_up", "mlp_gate_up", "mlp_act", "mlp_down"})
 
 _CURRENT: ContextVar[str | None] = ContextVar("workbench_remat_name", default=None)
+_RUNNING: ContextVar[tuple[Remat, bool] | None] = ContextVar("workbench_remat_running", default=None)
+
+
+def saving() -> bool:
+    """Whether the code running now is inside a name a running :class:`Remat` saves (in the
+    forward pass, or while it recomputes a layer)."""
+    running = _RUNNING.get()
+    return running is not None and _CURRENT.get() in running[0].saved
+
+
+def replaying_saved() -> bool:
+    """Whether a :class:`Remat` is recomputing a layer and the code running now is inside a
+    saved name: its ops hand back the values the forward saved instead of running again."""
+    running = _RUNNING.get()
+    return running is not None and running[1] and _CURRENT.get() in running[0].saved
+
+
+@contextlib.contextmanager
+def _running(remat: Remat, recomputing: bool, context):
+    token = _RUNNING.set((remat, recomputing))
+    try:
+        with context:
+            yield
+    finally:
+        _RUNNING.reset(token)
 
 
 def named(name: str):
@@ -65,11 +90,14 @@ class Remat:
     def _policy(self, ctx, op, *args, **kwargs):
         return CheckpointPolicy.MUST_SAVE if _CURRENT.get() in self.saved else CheckpointPolicy.PREFER_RECOMPUTE
 
+    def _contexts(self):
+        forward, recompute = create_selective_checkpoint_contexts(self._policy)
+        return _running(self, False, forward), _running(self, True, recompute)
+
     def __call__(self, function, *args, **kwargs):
         """``function(*args, **kwargs)`` under this policy."""
         if self.saved and torch.compiler.is_compiling():
             raise NotImplementedError("Remat(saved=...) selects values by name, which runs eagerly; under "
                                       "torch.compile use Remat() (whole-layer recomputation)")
-        context_fn = partial(create_selective_checkpoint_contexts, self._policy) if self.saved else None
-        extra = {"context_fn": context_fn} if context_fn else {}
+        extra = {"context_fn": self._contexts} if self.saved else {}
         return checkpoint(function, *args, use_reentrant=False, **extra, **kwargs)
