@@ -46,7 +46,9 @@ class _OpFacts:
         # kernel for (SDPA's fused path) run the device's host kernel.
         self.call = HOST_KERNELS.get(func) or (func._op if type(func) is torch._ops.OpOverload else func)
         self.is_view = func.is_view
-        # Functional collectives (DTensor's): their host kernel calls the process group.
+        # Functional collectives (DTensor's) and their wait_tensor: the host kernel calls the
+        # process group, which records the collective (and DeviceWork.wait its wait) on the
+        # collectives lane; the op itself is not recorded again (it is no host fallback).
         self.collective = func.namespace == "_c10d_functional"
         # Whether the op may return one of its arguments (in-place and out= ops).
         self.mutates = func._schema.is_mutable or any(
@@ -239,7 +241,7 @@ def _execute(func, facts, args, kwargs, host_args, host_kwargs, device, target, 
             if w.__class__ is DeviceTensor:
                 carry_math_bits(w)
     # recording.STREAM.listening, inlined: hot path
-    if _STREAM.sinks and not (_STREAM.suspended_threads and _STREAM.suspended_here()):
+    if _STREAM.sinks and not facts.collective and not (_STREAM.suspended_threads and _STREAM.suspended_here()):
         host_outputs = _host_outputs(out)
         # Tracer (fake) outputs mean torch.compile is tracing: that is not an executed op.
         if all(t.__class__ is torch.Tensor for t in host_outputs):
