@@ -122,6 +122,9 @@ class CompiledPart:
         self.symbolic = has_symbolic_shapes(self.gm.graph)
         self._static = None if self.symbolic else build_kernels(self.gm, info.groups, sources=info.sources)
         self._by_shape: dict = {}
+        # Relayouts and hoisted kernels touch parameters only, whose sizes stay static: one run
+        # of the graph, at any input shape, does them for every shape described later.
+        self._ran = False
         # A forward graph's outputs include the values saved for backward, which must stay
         # host tensors; its user outputs are device tensors already (adopt_device_values).
         self._device_outputs = device_outputs(self.gm) if info.part != "forward" else {}
@@ -140,6 +143,7 @@ class CompiledPart:
             out = self.gm(*args)
             args.clear()
             first_call_done(self._static or ())
+            self._ran = True
             return out
         kernels = self._static
         if kernels is None:
@@ -150,6 +154,8 @@ class CompiledPart:
                 out = capture.run(*args)
                 kernels = self._by_shape[key] = build_kernels(self.gm, self.info.groups, capture.values,
                                                               self.info.sources)
+                if self._ran:
+                    first_call_done(kernels)
                 self.info.kernels = kernels    # the registry shows the latest shapes
             else:
                 out = self.gm(*args)
@@ -160,4 +166,5 @@ class CompiledPart:
             for sink, _with_source in sinks:
                 feed_graph(sink, kernels)
         first_call_done(kernels)
+        self._ran = True
         return out
