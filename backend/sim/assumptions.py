@@ -150,6 +150,12 @@ def value(name: str) -> float:
         raise KeyError(f"unknown assumption {name!r}; known: {', '.join(sorted(ASSUMPTIONS))}") from None
 
 
+def overrides() -> tuple[tuple[str, float], ...]:
+    """The assumptions moved from their defaults right now, sorted (a cache key for results that
+    depend on them)."""
+    return tuple(sorted(_overrides.items()))
+
+
 def registered() -> tuple[Assumption, ...]:
     return tuple(ASSUMPTIONS.values())
 

@@ -144,3 +144,17 @@ def test_compiled_grid_keeps_a_graph_per_shape_past_dynamos_recompile_limit():
     rows = costs.check()
     assert len(compiled_graphs()) - before == 2 * len(costs.measurements) == 12
     assert all(abs(r["error_percent"]) < 10 for r in rows)
+
+
+def test_costs_measured_under_moved_assumptions_are_not_reused_outside_them():
+    """The session's cost cache is keyed by the assumptions moved right now: a serving run inside
+    ``assumptions.overridden(...)`` measures its own costs, and the run after it gets the defaults'."""
+    from backend.sim import assumptions
+    from backend.sim.serving import SchedulerConfig
+
+    config = SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=32, max_model_len=64)
+    nominal = iteration_costs(TINY, "trn2", 1, config, compiled=False)
+    with assumptions.overridden({"dma.issue_ns": 10 * assumptions.value("dma.issue_ns")}):
+        slow = iteration_costs(TINY, "trn2", 1, config, compiled=False)
+    assert slow is not nominal and slow.decode_s(2, 48) > nominal.decode_s(2, 48)
+    assert iteration_costs(TINY, "trn2", 1, config, compiled=False) is nominal

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
+from backend.sim import assumptions
 from backend.sim.presets import get_target
 from backend.sim.pricing import price
 from backend.sim.serving import (TRANSCRIPT_TOKENS_PER_AUDIO_S, Iteration, SchedulerConfig, audio_windows,
@@ -107,8 +108,10 @@ def iteration_costs(model_or_config, target: str, tp: int, config: SchedulerConf
     ``IterationCosts`` for a causal LM, ``EncoderDecoderCosts`` for a Whisper-style model (timed eagerly).
     ``compiled``: a causal LM's iterations as compiled graphs (False: the eager op stream)."""
     model_config = _config_of(model_or_config)
-    key = (model_config.to_json_string(), get_target(target).name, tp, config.max_num_seqs, config.token_budget,
-           config.max_model_len, config.enable_chunked_prefill, config.encoder_budget, compiled)
+    # Keyed by the target's whole preset (a derived target may keep its base's name) and by the
+    # assumptions moved right now: costs measured under other values must not be reused.
+    key = (model_config.to_json_string(), repr(get_target(target)), assumptions.overrides(), tp, config.max_num_seqs,
+           config.token_budget, config.max_model_len, config.enable_chunked_prefill, config.encoder_budget, compiled)
     if key not in _COSTS:
         if is_encoder_decoder(model_config):
             _COSTS[key] = EncoderDecoderCosts(model_config, target, tp=tp, max_num_seqs=config.max_num_seqs,
