@@ -2,6 +2,7 @@
 .json), then the simulator's speed."""
 from __future__ import annotations
 
+import argparse
 import logging
 import time
 
@@ -10,7 +11,10 @@ from benchmarks.fidelity.speed import gpt2_sim_wall_s, sim_scaling
 from benchmarks.fidelity.table import all_rows, format_table
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=__doc__.split("\n\n")[0]
+                            + " Takes about 8 minutes on 2 cores; `make fidelity-check` compares "
+                            "instead of writing.").parse_args(argv)
     logging.basicConfig(level=logging.ERROR)        # range ends may trip lowering capacity warnings
     start = time.perf_counter()
     rows = all_rows()

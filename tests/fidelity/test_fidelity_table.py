@@ -45,3 +45,14 @@ def test_recomputed_table_matches_the_committed_one():
              or _moved(row.predicted_high_ns, committed[name].predicted_high_ns)
              or row.published_ns != committed[name].published_ns]
     assert not moved, "fidelity ratios moved; run `make fidelity` and commit docs/fidelity.*:\n" + "\n".join(moved)
+
+
+def test_help_prints_usage_without_running_or_writing_the_table():
+    import subprocess
+    import sys
+
+    before = COMMITTED.stat().st_mtime_ns
+    done = subprocess.run([sys.executable, "-m", "benchmarks.fidelity", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "usage: python -m benchmarks.fidelity" in done.stdout
+    assert COMMITTED.stat().st_mtime_ns == before
