@@ -228,7 +228,15 @@ def gather_from_tensor_parallel_region(x):
 
 
 def _shard(out_features: int, in_features: int, dtype, device) -> nn.Parameter:
-    return nn.Parameter(torch.empty(out_features, in_features, dtype=dtype, device=device))
+    """A linear layer's weight shard, initialised as ``nn.Linear`` initialises its weight."""
+    weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype, device=device))
+    nn.init.kaiming_uniform_(weight, a=5 ** 0.5)
+    return weight
+
+
+def _leave_region(y, sequence_parallel: bool):
+    """Leave the TP region: all-reduce the partial sums, or reduce-scatter them by token."""
+    return _ReduceScatterToSequenceParallel.apply(y) if sequence_parallel else _ReduceFromTensorParallel.apply(y)
 
 
 class ColumnParallelLinear(nn.Module):
@@ -241,7 +249,6 @@ class ColumnParallelLinear(nn.Module):
         self.in_features, self.out_features = in_features, tp.divide(out_features, "out_features")
         self.sequence_parallel = tp.sequence_parallel
         self.weight = _shard(self.out_features, in_features, dtype, device)
-        nn.init.kaiming_uniform_(self.weight, a=5 ** 0.5)      # nn.Linear's initialisation
 
     def forward(self, x):
         if self.sequence_parallel:
@@ -259,11 +266,10 @@ class RowParallelLinear(nn.Module):
         self.in_features, self.out_features = tp.divide(in_features, "in_features"), out_features
         self.sequence_parallel = tp.sequence_parallel
         self.weight = _shard(out_features, self.in_features, dtype, device)
-        nn.init.kaiming_uniform_(self.weight, a=5 ** 0.5)      # nn.Linear's initialisation
 
     def forward(self, x):
         y = F.linear(x, self.weight)
-        return _ReduceScatterToSequenceParallel.apply(y) if self.sequence_parallel else _ReduceFromTensorParallel.apply(y)
+        return _leave_region(y, self.sequence_parallel)
 
 
 class ParallelEmbedding(nn.Module):
@@ -285,7 +291,7 @@ class ParallelEmbedding(nn.Module):
             start = tensor_parallel_rank() * self.num_embeddings
             outside = (ids < start) | (ids >= start + self.num_embeddings)
             out = F.embedding((ids - start).masked_fill(outside, 0), self.weight).masked_fill(outside[..., None], 0.0)
-        return _ReduceScatterToSequenceParallel.apply(out) if self.sequence_parallel else _ReduceFromTensorParallel.apply(out)
+        return _leave_region(out, self.sequence_parallel)
 
 
 class _ParallelCrossEntropy(torch.autograd.Function):
