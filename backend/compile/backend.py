@@ -25,9 +25,9 @@ from backend import recording
 from .device_values import adopt_device_values
 from .entry_point import BACKEND_NAME
 from .fusion import fuse
-from .graph_log import CompiledGraphInfo, CompiledPartInfo, new_graph
+from .graph_log import CompiledGraphInfo, CompiledPartInfo, add_part, new_graph
 from .kernels import node_sources
-from .runtime import CompiledPart, drop_data_free_twins, place_on_host
+from .runtime import CompiledPart, drop_data_free_twins, drop_whole_scatters, place_on_host
 from .state import STATE
 
 __all__ = ["neuron_backend", "register", "is_registered", "prepare_dynamo", "BACKEND_NAME",
@@ -126,12 +126,13 @@ def _compile_part(graph: CompiledGraphInfo, part: str, options: dict,
     with recording.suspended():
         place_on_host(gm)
         drop_data_free_twins(gm)
+        drop_whole_scatters(gm)
         groups = fuse(gm.graph, sbuf_partition_bytes=_sbuf_partition_bytes(options),
                       enabled=options["fusion"])
         forward = graph.parts.get("forward")
         sources = node_sources(gm.graph, forward.graph_module.graph if forward else None)
         info = CompiledPartInfo(part=part, graph_module=gm, groups=groups, sources=sources)
-        graph.parts[part] = info
+        add_part(graph, info)
         log.info("neuron: compiled %s/%s: %d ops -> %d kernels", graph.name, part,
                  info.op_count, info.kernel_count)
         compiled = CompiledPart(info)

@@ -17,7 +17,7 @@ from .fusion import node_class
 from .state import STATE
 
 __all__ = ["CompiledGraphInfo", "CompiledPartInfo", "compiled_graphs", "reset",
-           "new_graph", "graph_breaks", "recompile_reasons"]
+           "new_graph", "add_part", "graph_breaks", "recompile_reasons"]
 
 
 @dataclass
@@ -171,14 +171,22 @@ def _new_events() -> tuple[list, list]:
 
 
 def new_graph(frame: str, compile_id: str, *, mode: str = "default") -> CompiledGraphInfo:
-    """Register a graph Dynamo just handed the backend, with the events since the last one."""
+    """A graph Dynamo just handed the backend, with the events since the last one; it joins the
+    log when its first part compiles (``add_part``)."""
     with STATE.lock:
         breaks, failures = _new_events()
-        info = CompiledGraphInfo(name=f"{frame}_{compile_id.replace('/', '_')}", compile_id=compile_id,
-                                 frame=frame, graph_breaks=breaks, recompile_reasons=failures,
-                                 mode=mode)
-        STATE.graphs.append(info)
-        return info
+        return CompiledGraphInfo(name=f"{frame}_{compile_id.replace('/', '_')}", compile_id=compile_id,
+                                 frame=frame, graph_breaks=breaks, recompile_reasons=failures, mode=mode)
+
+
+def add_part(graph: CompiledGraphInfo, info: CompiledPartInfo) -> None:
+    """Record a compiled part of ``graph``, logging the graph with its first part. Dynamo may hand
+    the backend a frame and then discard that attempt unused (with dynamic shapes it re-traces a
+    frame whose compile specialised a size): such a graph never compiles a part and is not shown."""
+    with STATE.lock:
+        if not graph.parts:
+            STATE.graphs.append(graph)
+        graph.parts[info.part] = info
 
 
 def compiled_graphs() -> list[CompiledGraphInfo]:

@@ -13,9 +13,11 @@ meta operand's missing data), so then every input runs as its data-free twin, as
 """
 from __future__ import annotations
 
+import sys
 
 import torch
 from torch import fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from backend import recording
 from backend.recording import SIMULATED_DEVICE_TYPES
@@ -25,12 +27,13 @@ from .feed import feed_graph, first_call_done
 from .kernels import ValueCapture, build_kernels, has_symbolic_shapes
 from .graph_log import CompiledPartInfo
 
-__all__ = ["CompiledPart", "place_on_host", "drop_data_free_twins"]
+__all__ = ["CompiledPart", "place_on_host", "drop_data_free_twins", "drop_whole_scatters"]
 
 
 _HOST = torch.device("cpu")
 _META = torch.device("meta")
 _COPY = torch.ops.aten._to_copy.default
+_SLICE_SCATTER = torch.ops.aten.slice_scatter.default
 
 
 def _host_device(value):
@@ -81,19 +84,59 @@ def drop_data_free_twins(gm: fx.GraphModule) -> int:
     kernel the program does not run. At run time a graph given such a mix runs every input as
     its twin (``CompiledPart.__call__``), so the copies are not needed. Returns how many went.
     """
-    dropped = 0
-    for node in list(gm.graph.find_nodes(op="call_function", target=_COPY)):
+    twins = []
+    for node in gm.graph.find_nodes(op="call_function", target=_COPY):
         source = node.args[0] if node.args else None
         src_val = source.meta.get("val") if isinstance(source, fx.Node) else None
         if (isinstance(src_val, torch.Tensor) and not src_val.is_meta and _copy_device(node).type == "meta"
                 and _is_plain_host_copy(node, source)):
-            node.replace_all_uses_with(source)
-            gm.graph.erase_node(node)
-            dropped += 1
-    if dropped:
+            twins.append((node, source))
+    return _bypass(gm, twins)
+
+
+def _bypass(gm: fx.GraphModule, replacements: list) -> int:
+    """Replace each ``(node, by)`` pair's node by ``by`` and erase it; returns how many went.
+    ``by`` may itself be a node replaced earlier in the list (a chain): its replacement is used."""
+    replaced = {}
+    for node, by in replacements:
+        while by in replaced:
+            by = replaced[by]
+        node.replace_all_uses_with(by)
+        gm.graph.erase_node(node)
+        replaced[node] = by
+    if replacements:
         gm.graph.lint()
         gm.recompile()
-    return dropped
+    return len(replacements)
+
+
+def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dim() == b.dim() and all(statically_known_true(x == y) for x, y in zip(a.shape, b.shape))
+
+
+def drop_whole_scatters(gm: fx.GraphModule) -> int:
+    """Replace each ``slice_scatter`` over a whole axis (``x[:] = y``) by its source.
+
+    Functionalising an in-place write through a full slice (``buf[:, :, i:j].copy_(v)``, the
+    leading ``:`` a full slice) leaves an outer ``slice_scatter`` of the whole tensor, a copy of
+    it. With static shapes the tracer folds it away; with symbolic ones it stays, and would be
+    timed as a kernel copying the whole buffer that the program does not run. Returns how many
+    went.
+    """
+    whole = []
+    for node in gm.graph.find_nodes(op="call_function", target=_SLICE_SCATTER):
+        args = dict(zip(("base", "src", "dim", "start", "end", "step"), node.args), **node.kwargs)
+        base, src = args.get("base", args.get("input")), args["src"]
+        base_val, src_val = (n.meta.get("val") if isinstance(n, fx.Node) else None for n in (base, src))
+        if not (isinstance(base_val, torch.Tensor) and isinstance(src_val, torch.Tensor)):
+            continue
+        end = args.get("end")
+        to_the_end = end is None or (isinstance(end, int) and (end >= sys.maxsize or statically_known_true(
+            end >= base_val.shape[args.get("dim", 0)])))
+        if (args.get("start") in (None, 0) and args.get("step", 1) in (None, 1) and to_the_end
+                and src_val.dtype == base_val.dtype and _same_shape(src_val, base_val)):
+            whole.append((node, src))
+    return _bypass(gm, whole)
 
 
 def _copy_device(copy: fx.Node) -> torch.device:

@@ -31,3 +31,20 @@ def test_a_compile_is_logged_on_the_compile_state(neuron):
     finally:
         torch._dynamo.reset()
         backend.compile.reset()
+
+
+def test_a_graph_joins_the_log_with_its_first_compiled_part():
+    """Dynamo may hand the backend a frame and discard that attempt (a symbolic trace whose compile
+    specialised a size is re-traced): a graph with no compiled part is never shown."""
+    from backend.compile.graph_log import CompiledPartInfo, add_part, new_graph
+    backend.compile.reset()
+    try:
+        discarded, kept = new_graph("f", "0/0"), new_graph("f", "0/0")
+        assert backend.compile.compiled_graphs() == []
+        gm = torch.fx.symbolic_trace(lambda x: x + 1)
+        add_part(kept, CompiledPartInfo(part="inference", graph_module=gm, groups=[]))
+        add_part(kept, CompiledPartInfo(part="backward", graph_module=gm, groups=[]))
+        assert backend.compile.compiled_graphs() == [kept] and list(kept.parts) == ["inference", "backward"]
+        assert not discarded.parts
+    finally:
+        backend.compile.reset()

@@ -8,10 +8,15 @@ timing_only=True)``. Two builds, of one and two layers, give the cost of a layer
 70B model needs no more host memory or time than two of its layers.
 
 Serving engines run compiled graphs, and so does the measurement by default (``compiled=True``):
-the forward goes through ``torch.compile(backend="neuron")`` (one graph per iteration shape,
-static shapes, as NxD Inference and vLLM-neuron compile a graph per bucket), is called once to
-compile it and lay the weights out for TensorE (the relayout a serving engine does at load), and
-the second call is timed: on a NeuronCore one launch per iteration (one NEFF); on a GPU each
+the forward goes through ``torch.compile(backend="neuron")`` with Dynamo's automatic dynamic
+shapes. NxD Inference and vLLM-neuron compile a graph per bucket; the measurement compiles the
+first shape static and, once a size changes, one graph with symbolic sizes (re-traced only where a
+size of 0 or 1 or a branch of the model specialises it), whose kernels the backend fuses and
+costs per concrete shape exactly as a static compile of that shape would
+(``tests/workbench/test_wb_serve.py`` holds them equal). Tracing the model a few times instead of
+once per grid point keeps a ``wb.serve`` call to seconds. Each shape is called once to compile it
+and lay the weights out for TensorE (the relayout a serving engine does at load), and the second
+call is timed: on a NeuronCore one launch per iteration (one NEFF); on a GPU each
 of the graph's kernels is launched, from a CUDA graph for decode steps (vLLM captures its decode
 batch sizes; prefills launch kernel by kernel). A TPU's timing is the compiled whole-graph path
 already. ``compiled=False`` times the eager op stream instead.
@@ -69,12 +74,15 @@ def tp_topology(target, tp: int):
 
 
 @contextmanager
-def _one_graph_per_shape():
-    """Dynamo keeps a compiled graph for every iteration shape measured: one per shape is the
-    point (its default limit of 8 recompiles per function would run the rest eagerly)."""
+def _measurement_compiles():
+    """How Dynamo compiles the measured forward: every graph a specialisation needs is kept (its
+    default limit of 8 recompiles per function would run the rest eagerly), and float attributes
+    (a norm's ``eps``) stay constants, as in a static compile, instead of becoming graph inputs
+    that add conversion kernels."""
     import torch._dynamo
     unlimited = 1 << 20
-    with torch._dynamo.config.patch(recompile_limit=unlimited, accumulated_recompile_limit=unlimited):
+    with torch._dynamo.config.patch(recompile_limit=unlimited, accumulated_recompile_limit=unlimited,
+                                    specialize_float=True):
         yield
 
 
@@ -105,6 +113,11 @@ def _bilinear(xs, ys, table, x, y) -> float:
 class IterationCosts:
     """Iteration costs of ``model_or_config`` on ``target`` at tensor parallelism ``tp``;
     callable as the serving simulation's ``cost(iteration) -> seconds``."""
+
+    # torch.compile's ``dynamic``: None, automatic (the first shape compiles static, a changed size
+    # recompiles symbolic); False compiles one static graph per shape, the reference the tests
+    # hold the symbolic graphs to.
+    dynamic = None
 
     def __init__(self, model_or_config, target: str = "trn2", *, tp: int = 1, max_num_seqs: int = 256,
                  token_budget: int = 2048, max_model_len: int = 8192, chunked_prefill: bool = False,
@@ -140,7 +153,8 @@ class IterationCosts:
             return self._model(layers)
         key = ("compiled", layers)
         if key not in self._models:
-            self._models[key] = torch.compile(self._model(layers), backend="neuron", dynamic=False)
+            self._models[key] = torch.compile(self._model(layers), backend="neuron",
+                                                  dynamic=self.dynamic)
         return self._models[key]
 
     def release(self) -> None:
@@ -168,8 +182,8 @@ class IterationCosts:
         return prof
 
     def _forward_s(self, layers: int, batch: int, cached: int, new: int) -> float:
-        with torch.no_grad(), _one_graph_per_shape():
-            if self.compiled:     # compile this shape for the target; the weight layouts are paid here, once
+        with torch.no_grad(), _measurement_compiles():
+            if self.compiled:     # compile (or specialise) for this shape; the weight layouts are paid here, once
                 self._profiled(layers, batch, cached, new)
             return self._profiled(layers, batch, cached, new).summary["total_time"]
 
