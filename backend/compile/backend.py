@@ -27,7 +27,8 @@ from .entry_point import BACKEND_NAME
 from .fusion import fuse
 from .graph_log import CompiledGraphInfo, CompiledPartInfo, add_part, new_graph
 from .kernels import node_sources
-from .runtime import CompiledPart, drop_data_free_twins, drop_whole_scatters, place_on_host
+from .runtime import CompiledPart, drop_data_free_twins, place_on_host
+from .slice_writes import drop_whole_scatters, write_inputs_in_place
 from .state import STATE
 
 __all__ = ["neuron_backend", "register", "is_registered", "prepare_dynamo", "BACKEND_NAME",
@@ -127,6 +128,7 @@ def _compile_part(graph: CompiledGraphInfo, part: str, options: dict,
         place_on_host(gm)
         drop_data_free_twins(gm)
         drop_whole_scatters(gm)
+        write_inputs_in_place(gm)
         groups = fuse(gm.graph, sbuf_partition_bytes=_sbuf_partition_bytes(options),
                       enabled=options["fusion"])
         forward = graph.parts.get("forward")

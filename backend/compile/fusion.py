@@ -314,7 +314,10 @@ def _is_tensor(node: fx.Node) -> bool:
 
 
 def escapes(node: fx.Node, members: set) -> bool:
-    """True if the node's value (or a view of it) is used outside the kernel ``members``."""
+    """True if the node's value (or a view of it) is used outside the kernel ``members``, or the
+    node writes into its operand in place (``copy_`` into a graph input): that write is its point."""
+    if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable:
+        return True
     for user in node.users:
         if user not in members:
             return True

@@ -13,11 +13,9 @@ meta operand's missing data), so then every input runs as its data-free twin, as
 """
 from __future__ import annotations
 
-import sys
 
 import torch
 from torch import fx
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from backend import recording
 from backend.recording import SIMULATED_DEVICE_TYPES
@@ -27,13 +25,12 @@ from .feed import feed_graph, first_call_done
 from .kernels import ValueCapture, build_kernels, has_symbolic_shapes
 from .graph_log import CompiledPartInfo
 
-__all__ = ["CompiledPart", "place_on_host", "drop_data_free_twins", "drop_whole_scatters"]
+__all__ = ["CompiledPart", "place_on_host", "drop_data_free_twins", "bypass_nodes"]
 
 
 _HOST = torch.device("cpu")
 _META = torch.device("meta")
 _COPY = torch.ops.aten._to_copy.default
-_SLICE_SCATTER = torch.ops.aten.slice_scatter.default
 
 
 def _host_device(value):
@@ -91,10 +88,10 @@ def drop_data_free_twins(gm: fx.GraphModule) -> int:
         if (isinstance(src_val, torch.Tensor) and not src_val.is_meta and _copy_device(node).type == "meta"
                 and _is_plain_host_copy(node, source)):
             twins.append((node, source))
-    return _bypass(gm, twins)
+    return bypass_nodes(gm, twins)
 
 
-def _bypass(gm: fx.GraphModule, replacements: list) -> int:
+def bypass_nodes(gm: fx.GraphModule, replacements: list) -> int:
     """Replace each ``(node, by)`` pair's node by ``by`` and erase it; returns how many went.
     ``by`` may itself be a node replaced earlier in the list (a chain): its replacement is used."""
     replaced = {}
@@ -108,35 +105,6 @@ def _bypass(gm: fx.GraphModule, replacements: list) -> int:
         gm.graph.lint()
         gm.recompile()
     return len(replacements)
-
-
-def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dim() == b.dim() and all(statically_known_true(x == y) for x, y in zip(a.shape, b.shape))
-
-
-def drop_whole_scatters(gm: fx.GraphModule) -> int:
-    """Replace each ``slice_scatter`` over a whole axis (``x[:] = y``) by its source.
-
-    Functionalising an in-place write through a full slice (``buf[:, :, i:j].copy_(v)``, the
-    leading ``:`` a full slice) leaves an outer ``slice_scatter`` of the whole tensor, a copy of
-    it. With static shapes the tracer folds it away; with symbolic ones it stays, and would be
-    timed as a kernel copying the whole buffer that the program does not run. Returns how many
-    went.
-    """
-    whole = []
-    for node in gm.graph.find_nodes(op="call_function", target=_SLICE_SCATTER):
-        args = dict(zip(("base", "src", "dim", "start", "end", "step"), node.args), **node.kwargs)
-        base, src = args.get("base", args.get("input")), args["src"]
-        base_val, src_val = (n.meta.get("val") if isinstance(n, fx.Node) else None for n in (base, src))
-        if not (isinstance(base_val, torch.Tensor) and isinstance(src_val, torch.Tensor)):
-            continue
-        end = args.get("end")
-        to_the_end = end is None or (isinstance(end, int) and (end >= sys.maxsize or statically_known_true(
-            end >= base_val.shape[args.get("dim", 0)])))
-        if (args.get("start") in (None, 0) and args.get("step", 1) in (None, 1) and to_the_end
-                and src_val.dtype == base_val.dtype and _same_shape(src_val, base_val)):
-            whole.append((node, src))
-    return _bypass(gm, whole)
 
 
 def _copy_device(copy: fx.Node) -> torch.device:

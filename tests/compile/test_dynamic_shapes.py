@@ -90,35 +90,3 @@ def test_tiny_llama_dynamic_sequence_length_matches_cpu(neuron):
         torch.testing.assert_close(f(ids.to(neuron)).cpu(), cpu(ids))
     graphs = backend.compile.compiled_graphs()
     assert len(graphs) <= 2 and graphs[-1].dynamic
-
-
-def _write_slots(cache: torch.Tensor, new: torch.Tensor, start: int) -> torch.Tensor:
-    """A KV-cache slot write as Hugging Face's caches write it: through a full leading slice."""
-    cache[:, :, start:start + new.shape[2]].copy_(new)
-    return cache[:, :, :start + new.shape[2]].sum()
-
-
-def test_a_write_through_a_full_slice_costs_no_whole_buffer_copy_when_sizes_are_symbolic(neuron):
-    """Functionalised, ``cache[:, :, i:j].copy_(v)`` ends in a slice_scatter over the whole leading
-    axis; a static trace folds it, a symbolic one must not time it as a copy of the buffer."""
-    def run(f, batch, start):
-        cache = torch.zeros(batch, 2, 64, 16, device=neuron)
-        new = torch.ones(batch, 2, 1, 16, device=neuron)
-        f(cache, new, start)                                  # compile, lay out
-        session = GpuSession()
-        with recording.recording(session):
-            out = f(cache, new, start)
-        torch.testing.assert_close(out.cpu(), torch.tensor(float(batch * 2 * 16)))
-        return session.trace.ops
-
-    dynamic = torch.compile(_write_slots, backend="neuron", dynamic=True)
-    ops = run(dynamic, 4, 9)
-    assert backend.compile.compiled_graphs()[-1].dynamic
-    torch._dynamo.reset()
-    backend.compile.register()
-    static = torch.compile(_write_slots, backend="neuron", dynamic=False)
-    static_ops = run(static, 4, 9)
-    scatters = lambda ops: sum("slice_scatter" in op.name for op in ops)
-    kernel_ns = lambda ops: sum(op.end_ns - op.start_ns for op in ops if op.kind == "kernel")
-    assert scatters(ops) == scatters(static_ops) == 1
-    assert kernel_ns(ops) == pytest.approx(kernel_ns(static_ops), rel=1e-9)

@@ -147,14 +147,15 @@ class IterationCosts:
             self._models[layers] = build_timing_only(self._configs[layers], self.dtype)
         return self._models[layers]
 
-    def _runner(self, layers: int):
-        """What runs a forward: the model, or its compiled graph (``compiled``)."""
+    def _runner(self, layers: int, static: bool = False):
+        """What runs a forward: the model, or its compiled graph (``compiled``); ``static``: one
+        static graph per shape whatever ``dynamic`` says."""
         if not self.compiled:
             return self._model(layers)
-        key = ("compiled", layers)
+        key = ("compiled", layers, static)
         if key not in self._models:
             self._models[key] = torch.compile(self._model(layers), backend="neuron",
-                                                  dynamic=self.dynamic)
+                                              dynamic=False if static else self.dynamic)
         return self._models[key]
 
     def release(self) -> None:
@@ -163,29 +164,41 @@ class IterationCosts:
         self._models.clear()
         gc.collect()
 
-    def _forward(self, layers: int, batch: int, cached: int, new: int) -> None:
+    def _forward(self, layers: int, batch: int, cached: int, new: int, static: bool = False) -> None:
         """One forward of ``batch`` sequences, ``new`` tokens each over ``cached`` ones."""
         with torch.neuron.timing_only(values_up_to=0):
             cache = slot_cache(self._model(layers).config, batch, cached, new, self.dtype)
             ids = torch.zeros(batch, new, dtype=torch.long, device="neuron")
-        self._runner(layers)(ids, past_key_values=cache, logits_to_keep=1)
+        self._runner(layers, static)(ids, past_key_values=cache, logits_to_keep=1)
 
-    def _profiled(self, layers: int, batch: int, cached: int, new: int):
+    def _profiled(self, layers: int, batch: int, cached: int, new: int, static: bool = False):
         from workbench.session import ProfileSession
-        self._runner(layers)        # built outside the profile: its weights' initialisation is not an iteration
+        self._runner(layers, static)        # built outside the profile: its weights' initialisation is not an iteration
         session = ProfileSession(self.device, self.target, source=False, timing_only=True)
         # No tensor keeps values (not even masks and ids): a compiled graph then sees inputs alike.
         with torch.neuron.timing_only(values_up_to=0), session as prof:
             if self.compiled and new == 1 and hasattr(session.sink, "graph_replay"):
                 session.sink.graph_replay = True        # a GPU's decode step replays a CUDA graph
-            self._forward(layers, batch, cached, new)
+            self._forward(layers, batch, cached, new, static)
         return prof
 
     def _forward_s(self, layers: int, batch: int, cached: int, new: int) -> float:
+        try:
+            return self._timed(layers, batch, cached, new)
+        except AssertionError as error:
+            # Dynamo (torch 2.13) can fail to guard a size symbol of a re-trace (seen for a prefill
+            # with no cached tokens after decodes of a long context); that shape gets its own static
+            # graph, which costs what the symbolic one would (the two are held equal).
+            if not self.compiled or "sources must not be empty" not in str(error):
+                raise
+            log.info("symbolic re-trace failed for %s; compiling this shape static", (layers, batch, cached, new))
+            return self._timed(layers, batch, cached, new, static=True)
+
+    def _timed(self, layers: int, batch: int, cached: int, new: int, static: bool = False) -> float:
         with torch.no_grad(), _measurement_compiles():
             if self.compiled:     # compile (or specialise) for this shape; the weight layouts are paid here, once
-                self._profiled(layers, batch, cached, new)
-            return self._profiled(layers, batch, cached, new).summary["total_time"]
+                self._profiled(layers, batch, cached, new, static)
+            return self._profiled(layers, batch, cached, new, static).summary["total_time"]
 
     def allreduce_s(self, tokens: int) -> float:
         """The tensor-parallel all-reduces of one iteration of ``tokens`` tokens, all layers."""
