@@ -77,13 +77,15 @@ def _whole_view(node: fx.Node, base: fx.Node) -> bool:
             and _same_layout(value, whole))
 
 
-def _read_after(base: fx.Node, scatter: fx.Node, write_back: fx.Node, order: dict) -> bool:
-    """Whether a node other than the scatter and the write-back reads ``base`` after the scatter."""
-    for node in base.graph.nodes:
-        if node in (scatter, write_back) or order[node] <= order[scatter] or node_class(node) == "view":
-            continue
-        if any(view_root(i) is base for i in node.all_input_nodes):
+def _read_after(base: fx.Node, scatter: fx.Node, write_back: fx.Node) -> bool:
+    """Whether a node other than the write-back reads ``base`` (directly or through a view) after
+    the scatter."""
+    node = scatter.next
+    while node.op != "root":
+        if node is not write_back and node_class(node) != "view" and any(
+                view_root(i) is base for i in node.all_input_nodes):
             return True
+        node = node.next
     return False
 
 
@@ -141,8 +143,7 @@ def write_inputs_in_place(gm: fx.GraphModule) -> int:
             continue
         chain = _scatter_chain(write_back)
         for scatter in chain:
-            order = {n: i for i, n in enumerate(graph.nodes)}
-            if _read_after(base, scatter, write_back, order):
+            if _read_after(base, scatter, write_back):
                 break
             last = write_back.args[1] is scatter
             _write_in_place(scatter, base)
